@@ -1,0 +1,5 @@
+import sys
+
+from regional.cli import main
+
+sys.exit(main())

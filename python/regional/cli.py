@@ -1,0 +1,23 @@
+"""``python -m regional status <checkpoint>``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from regional.errors import RegionalError
+from regional.status import status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m regional", description="regional checkpoints for Spark")
+    commands = parser.add_subparsers(dest="command", required=True)
+    show = commands.add_parser("status", help="show a query's regions and epochs")
+    show.add_argument("checkpoint", help="the query's checkpointLocation")
+    args = parser.parse_args(argv)
+    try:
+        print(status(args.checkpoint).render())
+    except RegionalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0

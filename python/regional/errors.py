@@ -1,0 +1,19 @@
+"""Errors a user can see. Each message says what is wrong and what to do."""
+
+from __future__ import annotations
+
+
+class RegionalError(Exception):
+    """Base class of every error raised by ``regional``."""
+
+
+class RegionalConfigError(RegionalError, ValueError):
+    """A query, option or conf key that ``regional`` cannot run with."""
+
+
+class RegionalStoreError(RegionalError):
+    """The regional store under ``<checkpointLocation>/regional/`` is unreadable or inconsistent."""
+
+
+class RegionalPlanError(RegionalError):
+    """The rows reaching the sink do not match the regions the source planned."""

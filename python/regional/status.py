@@ -1,0 +1,62 @@
+"""``regional.status(checkpoint)``: the store's view of a query, without a SparkSession."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from regional.decision import EpochKind
+from regional.epoch import describe
+from regional.store import EpochRecord, Store
+
+
+@dataclass(frozen=True)
+class RegionStatus:
+    committed_offset: int  # the next offset to read
+    ref_epoch: int | None  # the epoch whose offset it still uses; None when current
+    consecutive_failures: int
+    state: str  # ok | fallen_back | quarantined
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class QueryStatus:
+    checkpoint: str
+    regions: dict[str, RegionStatus]
+    epochs: list[EpochRecord]  # the retained epoch records, oldest first
+
+    @property
+    def regional_epochs(self) -> int:
+        """How many retained epochs were regional (FLIP-600's first metric)."""
+        return sum(1 for e in self.epochs if e.kind is EpochKind.REGIONAL)
+
+    @property
+    def oldest_ref_epoch(self) -> int | None:
+        """The oldest epoch a fallen-back region still references (FLIP-600's second metric)."""
+        refs = [r.ref_epoch for r in self.regions.values() if r.ref_epoch is not None]
+        return min(refs) if refs else None
+
+    def render(self) -> str:
+        lines = [f"checkpoint {self.checkpoint}: {len(self.regions)} regions, {len(self.epochs)} epochs recorded, "
+                 f"{self.regional_epochs} regional, oldest ref_epoch {self.oldest_ref_epoch}"]
+        if self.regions:
+            width = max(6, *(len(r) for r in self.regions))
+            lines.append(f"  {'region':<{width}}  {'committed':>10}  {'ref_epoch':>9}  {'failures':>8}  state")
+            for region, s in sorted(self.regions.items()):
+                ref = "-" if s.ref_epoch is None else str(s.ref_epoch)
+                why = f"  ({s.reason})" if s.reason else ""
+                lines.append(f"  {region:<{width}}  {s.committed_offset:>10}  {ref:>9}  "
+                             f"{s.consecutive_failures:>8}  {s.state}{why}")
+        lines.extend(f"  {describe(e)}" for e in self.epochs)
+        return "\n".join(lines)
+
+
+def status(checkpoint_location: str | os.PathLike[str]) -> QueryStatus:
+    store = Store(checkpoint_location)
+    records = store.records()
+    latest = records[-1] if records else None
+    regions = {
+        r: RegionStatus(s.committed_offset, s.ref_epoch, s.consecutive_failures, s.state.value, s.reason)
+        for r, s in (latest.regions.items() if latest else ())
+    }
+    return QueryStatus(str(store.checkpoint), regions, records)

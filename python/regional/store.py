@@ -1,0 +1,283 @@
+"""The regional store of one query: ``<checkpointLocation>/regional/``.
+
+Layout (every file written atomically: a hidden temporary file, fsync, rename):
+
+    epochs/<epoch>.json    one record per decided epoch, holding every region's
+                           state after it; the newest record is the current state
+    intents/<epoch>.json   the write-ahead intent of phase two: the decision and the
+                           handles about to be published, written before publishing
+
+Region ids live only inside the JSON, never in a path. Files whose names start
+with ``.`` are torn temporaries from a crash and are ignored.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from regional.decision import Decision, EpochKind, RegionRecord, RegionState
+from regional.errors import RegionalConfigError, RegionalStoreError
+
+STORE_DIR = "regional"
+FORMAT_VERSION = 1
+
+
+def local_path(location: str) -> Path:
+    """A checkpoint location as a local path (``file:`` URIs accepted)."""
+    if location.startswith("file://"):
+        location = location[len("file://"):]
+    elif location.startswith("file:"):
+        location = location[len("file:"):]
+    elif "://" in location:
+        raise RegionalConfigError(
+            f"checkpointLocation {location!r} is not on the local file system; "
+            "regional stores its metadata with local file operations: use a local or mounted path"
+        )
+    return Path(os.path.abspath(location))
+
+
+@dataclass(frozen=True)
+class FallBack:
+    ref_epoch: int
+    reason: str
+    quarantined: bool = False
+
+
+@dataclass(frozen=True)
+class Slice:
+    """What one region published in one epoch."""
+
+    start: int
+    end: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    epoch: int
+    kind: EpochKind
+    committed: dict[str, Slice]
+    fallen_back: dict[str, FallBack]
+    regions: dict[str, RegionRecord]  # every known region's state after this epoch
+    reason: str | None = None
+
+    @classmethod
+    def from_decision(cls, epoch: int, decision: Decision, previous: Mapping[str, RegionRecord]) -> EpochRecord:
+        fallen = {}
+        for region, why in decision.fallen_back.items():
+            ref = decision.regions[region].ref_epoch
+            fallen[region] = FallBack(-1 if ref is None else ref, why, region in decision.quarantined)
+        committed = {r: Slice(*v) for r, v in decision.committed.items()}
+        return cls(epoch, decision.kind, committed, fallen, decision.regions, decision.reason)
+
+    @property
+    def oldest_ref_epoch(self) -> int | None:
+        refs = [f.ref_epoch for f in self.fallen_back.values()]
+        return min(refs) if refs else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": FORMAT_VERSION,
+            "epoch": self.epoch,
+            "kind": self.kind.value,
+            "reason": self.reason,
+            "committed": {r: vars(s) for r, s in self.committed.items()},
+            "fallen_back": {r: vars(f) for r, f in self.fallen_back.items()},
+            "regions": {
+                r: {"committed_offset": s.committed_offset, "current_epoch": s.current_epoch,
+                    "consecutive_failures": s.consecutive_failures, "state": s.state.value, "reason": s.reason}
+                for r, s in self.regions.items()
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> EpochRecord:
+        if data.get("version") != FORMAT_VERSION:
+            raise ValueError(f"unknown record format version {data.get('version')!r}")
+        return cls(
+            epoch=int(data["epoch"]),
+            kind=EpochKind(data["kind"]),
+            committed={r: Slice(int(s["start"]), int(s["end"]), int(s["rows"])) for r, s in data["committed"].items()},
+            fallen_back={r: FallBack(int(f["ref_epoch"]), str(f["reason"]), bool(f.get("quarantined", False)))
+                         for r, f in data["fallen_back"].items()},
+            regions={
+                r: RegionRecord(int(s["committed_offset"]),
+                                None if s["current_epoch"] is None else int(s["current_epoch"]),
+                                int(s["consecutive_failures"]), RegionState(s["state"]), s.get("reason"))
+                for r, s in data["regions"].items()
+            },
+            reason=data.get("reason"),
+        )
+
+
+@dataclass(frozen=True)
+class Intent:
+    """Phase two of an epoch as decided, before anything is published.
+
+    A re-run of the epoch after a crash finishes exactly this, whatever its own
+    tasks reported: ``publish`` goes out (idempotently), ``discard`` is aborted.
+    """
+
+    record: EpochRecord
+    publish: dict[str, Any]  # region -> handle
+    discard: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"record": self.record.to_json(), "handles": _pickle_b64({"publish": self.publish,
+                                                                       "discard": self.discard})}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Intent:
+        handles = pickle.loads(base64.b64decode(data["handles"]))
+        return cls(EpochRecord.from_json(data["record"]), handles["publish"], handles["discard"])
+
+
+def _pickle_b64(value: Any) -> str:
+    return base64.b64encode(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")
+
+
+class Store:
+    """Reads and writes one query's regional store. Safe to build anywhere (driver, worker, CLI)."""
+
+    def __init__(self, checkpoint_location: str | os.PathLike[str]) -> None:
+        self.checkpoint = local_path(os.fspath(checkpoint_location))
+        self.root = self.checkpoint / STORE_DIR
+        self._epochs = self.root / "epochs"
+        self._intents = self.root / "intents"
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.checkpoint)!r})"
+
+    # -- epoch records -----------------------------------------------------
+
+    def epochs(self) -> list[int]:
+        """Epoch numbers that have a record, ascending."""
+        return _numbered_files(self._epochs)
+
+    def read_record(self, epoch: int) -> EpochRecord | None:
+        data = self._read_json(self._epochs / _name(epoch))
+        if data is None:
+            return None
+        try:
+            return EpochRecord.from_json(data)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self._corrupt(self._epochs / _name(epoch), exc) from None
+
+    def latest_record(self, before: int | None = None) -> EpochRecord | None:
+        """The newest record (below epoch ``before``, if given)."""
+        for epoch in reversed(self.epochs()):
+            if before is None or epoch < before:
+                return self.read_record(epoch)
+        return None
+
+    def region_states(self, before: int | None = None) -> dict[str, RegionRecord]:
+        record = self.latest_record(before)
+        return dict(record.regions) if record else {}
+
+    def records(self) -> list[EpochRecord]:
+        return [r for e in self.epochs() if (r := self.read_record(e)) is not None]
+
+    def write_record(self, record: EpochRecord) -> None:
+        _atomic_write_json(self._epochs / _name(record.epoch), record.to_json())
+
+    # -- intents -----------------------------------------------------------
+
+    def read_intent(self, epoch: int) -> Intent | None:
+        path = self._intents / _name(epoch)
+        data = self._read_json(path)
+        if data is None:
+            return None
+        try:
+            return Intent.from_json(data)
+        except (KeyError, TypeError, ValueError, pickle.UnpicklingError, EOFError) as exc:
+            raise self._corrupt(path, exc) from None
+
+    def write_intent(self, epoch: int, intent: Intent) -> None:
+        _atomic_write_json(self._intents / _name(epoch), intent.to_json())
+
+    # -- retention ---------------------------------------------------------
+
+    def prune(self, retain_epochs: int) -> None:
+        """Drop records beyond the newest ``retain_epochs`` unless a live ``ref_epoch`` needs them,
+        and intents of recorded epochs."""
+        epochs = self.epochs()
+        if not epochs:
+            return
+        latest = self.read_record(epochs[-1])
+        assert latest is not None
+        referenced = {s.ref_epoch for s in latest.regions.values() if s.ref_epoch is not None}
+        for epoch in epochs[:-retain_epochs]:
+            if epoch not in referenced:
+                _unlink(self._epochs / _name(epoch))
+        for epoch in _numbered_files(self._intents):
+            if epoch <= epochs[-1]:
+                _unlink(self._intents / _name(epoch))
+
+    # -- helpers -----------------------------------------------------------
+
+    def _read_json(self, path: Path) -> dict[str, Any] | None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise self._corrupt(path, exc) from None
+        if not isinstance(data, dict):
+            raise self._corrupt(path, ValueError("not a JSON object"))
+        return data
+
+    def _corrupt(self, path: Path, exc: Exception) -> RegionalStoreError:
+        return RegionalStoreError(
+            f"the regional store record {path} is corrupt ({type(exc).__name__}: {exc}). "
+            "It was not written by regional, or was damaged. Restore it from a backup; "
+            "otherwise start the query on a new checkpointLocation (its input will be read again)"
+        )
+
+
+def _name(epoch: int) -> str:
+    return f"{epoch:012d}.json"
+
+
+def _numbered_files(directory: Path) -> list[int]:
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    numbers = []
+    for name in names:
+        stem, _dot, ext = name.partition(".")
+        if not name.startswith(".") and ext == "json" and stem.isdigit():
+            numbers.append(int(stem))
+    return sorted(numbers)
+
+
+def _atomic_write_json(path: Path, data: Mapping[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, separators=(",", ":"))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
