@@ -36,7 +36,7 @@ class QueryStatus:
         refs = [r.ref_epoch for r in self.regions.values() if r.ref_epoch is not None]
         return min(refs) if refs else None
 
-    def render(self) -> str:
+    def render(self, epochs: bool = True) -> str:
         lines = [f"checkpoint {self.checkpoint}: {len(self.regions)} regions, {len(self.epochs)} epochs recorded, "
                  f"{self.regional_epochs} regional, oldest ref_epoch {self.oldest_ref_epoch}"]
         if self.regions:
@@ -47,7 +47,8 @@ class QueryStatus:
                 why = f"  ({s.reason})" if s.reason else ""
                 lines.append(f"  {region:<{width}}  {s.committed_offset:>10}  {ref:>9}  "
                              f"{s.consecutive_failures:>8}  {s.state}{why}")
-        lines.extend(f"  {describe(e)}" for e in self.epochs)
+        if epochs:
+            lines.extend(f"  {describe(e)}" for e in self.epochs)
         return "\n".join(lines)
 
 

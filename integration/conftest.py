@@ -1,0 +1,35 @@
+"""One local SparkSession (with Delta and task retries) for the whole integration run."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Python workers must run this interpreter and import integration.faults.
+os.environ["PYSPARK_PYTHON"] = sys.executable
+os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+MASTER = "local[4,4]"  # four cores, four attempts per task
+
+
+@pytest.fixture(scope="session")
+def spark():
+    import regional
+
+    session = regional.local_spark(MASTER, "regional-integration")
+    regional.register(session)
+    yield session
+    for q in session.streams.active:
+        q.stop()
+    session.stop()
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    return tmp_path / "in", tmp_path / "out", tmp_path / "ck"

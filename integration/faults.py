@@ -1,0 +1,77 @@
+"""Targets that really fail, for the integration tests (loaded as python:integration.faults:<Class>).
+
+State that must outlive one task or one process lives in files under ``faultDir``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from regional.committers import DeltaCommitter, EpochReport
+
+
+def _epochs(text: str) -> set[int]:
+    return {int(x) for x in text.split(",") if x.strip()}
+
+
+class FlakyDelta(DeltaCommitter):
+    """The real Delta committer, whose ``prepare`` raises for ``failRegion`` in the epochs
+    listed by ``failEpochs``, or while the file ``failWhileExists`` exists."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.fail_region = options.get("failregion", "")
+        self.fail_epochs = _epochs(options.get("failepochs", ""))
+        self.fail_marker = options.get("failwhileexists")
+
+    def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Any:
+        if region == self.fail_region and (
+            epoch in self.fail_epochs or (self.fail_marker and os.path.exists(self.fail_marker))
+        ):
+            raise ConnectionError(f"shard of region {region} is down (injected, epoch {epoch})")
+        return super().prepare(epoch, region, batches)
+
+
+class JsonLinesTarget:
+    """A plain duck-typed committer: stages JSON lines per region, publishes by rename."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.root = Path(options["path"])
+        self.fail_region = options.get("failregion", "")
+
+    def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> str:
+        if region == self.fail_region:
+            raise ValueError(f"cannot stage region {region}")
+        staging = self.root / "_staging"
+        staging.mkdir(parents=True, exist_ok=True)
+        name = f"{epoch}-{abs(hash(region))}-{os.getpid()}-{id(self)}.jsonl"
+        with open(staging / name, "w") as f:
+            for batch in batches:
+                for row in batch.to_pylist():
+                    f.write(json.dumps(row) + "\n")
+        return name
+
+    def commit(self, epoch: int, handles: dict[str, Any]) -> None:
+        for name in handles.values():
+            if (self.root / "_staging" / name).exists():
+                os.replace(self.root / "_staging" / name, self.root / name)
+
+    def abort(self, epoch: int, handles: dict[str, Any]) -> None:
+        for name in handles.values():
+            (self.root / "_staging" / name).unlink(missing_ok=True)
+
+
+class ReportingDelta(DeltaCommitter):
+    """Delta, and a log of every region-level report the sink hands to ``commit``."""
+
+    def commit(self, epoch: int, handles: dict[str, Any], report: EpochReport | None = None) -> None:
+        super().commit(epoch, handles, report)
+        with open(self.options["reportlog"], "a") as f:
+            f.write(json.dumps({"epoch": epoch, "kind": report.kind if report else None,
+                                "committed": sorted(report.committed) if report else None}) + "\n")

@@ -1,0 +1,112 @@
+"""Input files, queries and record-by-record checks shared by the integration tests."""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+
+from deltalake import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+
+def add_file(root: Path, region: str, name: str, values: list[str]) -> None:
+    """Append one file to a region's log the way writers must: hidden name, then rename."""
+    directory = root / region
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".{name}.tmp"
+    tmp.write_text("".join(v + "\n" for v in values))
+    os.replace(tmp, directory / name)
+
+
+def add_epoch_of_files(root: Path, regions: list[str], tag: str, rows: int) -> dict[str, list[str]]:
+    added = {r: [f"{r}-{tag}-{i}" for i in range(rows)] for r in regions}
+    for r, values in added.items():
+        add_file(root, r, f"{tag}.txt", values)
+    return added
+
+
+def regional_stream(spark: SparkSession, inp: Path, ck: Path, **options: str) -> DataFrame:
+    reader = (spark.readStream.format("regional").option("source", "files").option("path", str(inp))
+              .option("checkpointLocation", str(ck)))
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def start_to_delta(df: DataFrame, out: Path, ck: Path, target: str = "delta", **options: str) -> StreamingQuery:
+    writer = (df.select("region", "offset", F.upper("value").alias("value")).writeStream.format("regional")
+              .option("target", target).option("path", str(out)).option("checkpointLocation", str(ck))
+              .option("keepRegionColumns", "true"))
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    return writer.start()
+
+
+def run_epochs(query: StreamingQuery, ck: Path, epochs: int, timeout: float = 120) -> None:
+    """Let the query run until the store has recorded ``epochs`` epochs, then stop it.
+
+    For queries whose failing region keeps them from ever running out of work."""
+    import time
+
+    import regional
+
+    deadline = time.monotonic() + timeout
+    try:
+        while len(regional.status(ck).epochs) < epochs:
+            if query.exception() is not None or not query.isActive:
+                raise AssertionError(f"query ended early: {query.exception()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"only {len(regional.status(ck).epochs)} epochs in {timeout}s")
+            time.sleep(0.2)
+    finally:
+        query.stop()
+
+
+def expected_rows(inputs: dict[str, list[str]]) -> dict[str, list[str]]:
+    return {r: [v.upper() for v in values] for r, values in inputs.items()}
+
+
+def merge(*parts: dict[str, list[str]]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = defaultdict(list)
+    for part in parts:
+        for r, values in part.items():
+            out[r].extend(values)
+    return dict(out)
+
+
+def table_rows(table: Path, version: int | None = None) -> list[tuple[str, int, str]]:
+    dt = DeltaTable(str(table), version=version)
+    t = dt.to_pyarrow_table(columns=["region", "offset", "value"])
+    columns = (t.column(c).to_pylist() for c in ("region", "offset", "value"))
+    return list(zip(*columns, strict=True))
+
+
+def assert_exactly_once_in_order(table: Path, expected: dict[str, list[str]], spark: SparkSession | None = None):
+    """Every expected record is in the table exactly once with its offset; and at every table
+    version, each region's offsets form a prefix 0..k-1 (nothing past a gap was published)."""
+    rows = table_rows(table)
+    seen: dict[tuple[str, int], int] = defaultdict(int)
+    for region, offset, _ in rows:
+        seen[(region, offset)] += 1
+    duplicates = {k: n for k, n in seen.items() if n > 1}
+    assert not duplicates, f"published more than once: {sorted(duplicates)[:10]}"
+    got = {(r, o): v for r, o, v in rows}
+    want = {(r, o): v for r, values in expected.items() for o, v in enumerate(values)}
+    missing = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    assert not missing and not extra, f"missing {missing[:10]} extra {extra[:10]}"
+    wrong = [(k, got[k], want[k]) for k in want if got[k] != want[k]]
+    assert not wrong, f"wrong values: {wrong[:10]}"
+    for version in range(DeltaTable(str(table)).version() + 1):
+        per_region: dict[str, list[int]] = defaultdict(list)
+        for region, offset, _ in table_rows(table, version):
+            per_region[region].append(offset)
+        for region, offsets in per_region.items():
+            assert sorted(offsets) == list(range(len(offsets))), (
+                f"version {version}: region {region} has a gap: {sorted(offsets)[:20]}")
+    if spark is not None:  # and delta-spark reads the same table
+        spark_rows = spark.read.format("delta").load(str(table)).select("region", "offset", "value").collect()
+        assert sorted(tuple(r) for r in spark_rows) == sorted(rows)

@@ -1,0 +1,107 @@
+"""Bad input: each a clear error naming the problem, and nothing published."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from pyspark.sql import functions as F
+
+import regional
+from integration.helpers import add_epoch_of_files, add_file, regional_stream, start_to_delta, table_rows
+
+
+def run_until_error(query) -> str:
+    try:
+        with pytest.raises(Exception) as err:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    return str(err.value)
+
+
+def error_of(start) -> str:
+    """The error a query fails with, whether ``start()`` raises it or the running query does."""
+    try:
+        query = start()
+    except Exception as exc:
+        return str(exc)
+    return run_until_error(query)
+
+
+def test_sink_without_region_and_offset_columns_fails_at_start(spark, dirs):
+    inp, out, ck = dirs
+    add_epoch_of_files(inp, ["a"], "001", 3)
+    df = regional_stream(spark, inp, ck).select(F.upper("value").alias("value"))
+    message = error_of(lambda: df.writeStream.format("regional").option("target", "delta")
+                       .option("path", str(out)).option("checkpointLocation", str(ck)).start())
+    assert re.search(r"needs the columns 'region' and 'offset'.*keep them in your select", message, re.S)
+    assert not out.exists()
+
+
+def test_unknown_source(spark, dirs):
+    inp, out, ck = dirs
+    message = error_of(lambda: start_to_delta(regional_stream(spark, inp, ck, source="kafak"), out, ck))
+    assert re.search(r"unknown source 'kafak'.*'files'", message, re.S)
+    assert not out.exists()
+
+
+def test_unknown_target(spark, dirs):
+    inp, out, ck = dirs
+    add_epoch_of_files(inp, ["a"], "001", 3)
+    for target, message in [("parquet", r"unknown target 'parquet'"),
+                            ("python:no_such_module:X", r"cannot import module 'no_such_module'"),
+                            ("python:integration.faults:Nope", r"has no class 'Nope'")]:
+        got = error_of(lambda t=target: start_to_delta(regional_stream(spark, inp, ck), out, ck, target=t))
+        assert re.search(message, got), got[-2000:]
+    assert not out.exists()
+
+
+def test_unsafe_region_directory_is_refused(spark, dirs):
+    inp, out, ck = dirs
+    add_epoch_of_files(inp, ["a"], "001", 3)
+    add_file(inp, "bad\nname", "001.txt", ["x"])
+    message = run_until_error(start_to_delta(regional_stream(spark, inp, ck), out, ck))
+    assert "region directory 'bad\\nname'" in message and "control characters" in message
+    assert not out.exists()
+
+
+def test_region_directory_linking_outside_the_source_is_refused(spark, dirs, tmp_path):
+    inp, out, ck = dirs
+    add_epoch_of_files(inp, ["a"], "001", 3)
+    add_file(tmp_path / "elsewhere", "secret", "001.txt", ["x"])
+    (inp / "sneaky").symlink_to(tmp_path / "elsewhere" / "secret")
+    message = run_until_error(start_to_delta(regional_stream(spark, inp, ck), out, ck))
+    assert "region directory 'sneaky' links to" in message
+    assert not out.exists()
+
+
+def test_corrupt_store_record_stops_the_query_and_publishes_nothing(spark, dirs):
+    inp, out, ck = dirs
+    add_epoch_of_files(inp, ["a", "b"], "001", 3)
+    query = start_to_delta(regional_stream(spark, inp, ck), out, ck)
+    query.processAllAvailable()
+    query.stop()
+    before = table_rows(out)
+    (ck / "regional" / "epochs" / "000000000000.json").write_text('{"version": 1, "epoch": 0, "kind": "glo')
+    add_epoch_of_files(inp, ["a", "b"], "002", 3)
+    message = run_until_error(start_to_delta(regional_stream(spark, inp, ck), out, ck))
+    assert "000000000000.json is corrupt" in message and "Restore it from a backup" in message
+    assert table_rows(out) == before
+    with pytest.raises(regional.RegionalStoreError, match="corrupt"):
+        regional.status(ck)
+
+
+def test_source_and_sink_on_different_stores_fail_before_publishing(spark, dirs, tmp_path):
+    inp, out, ck = dirs
+    add_epoch_of_files(inp, ["a"], "001", 3)
+    message = run_until_error(start_to_delta(regional_stream(spark, inp, tmp_path / "other-ck"), out, ck))
+    assert "give readStream the same checkpointLocation as writeStream" in message
+    assert not (out / "_delta_log").exists()
+
+
+def test_source_without_checkpoint_location_says_what_to_add(spark, dirs):
+    inp, out, ck = dirs
+    add_epoch_of_files(inp, ["a"], "001", 3)
+    df = spark.readStream.format("regional").option("source", "files").option("path", str(inp)).load()
+    assert "add .option('checkpointLocation'" in error_of(lambda: start_to_delta(df, out, ck))

@@ -1,0 +1,66 @@
+"""SIGKILL the whole query (driver, JVM, Python workers) inside phase two, then restart.
+
+The fail-points are reached through REGIONAL_FAILPOINT, which only tests set:
+the process that reaches one writes a marker file and waits to be killed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import regional
+from integration.conftest import ROOT
+from integration.helpers import add_epoch_of_files, assert_exactly_once_in_order, expected_rows
+
+
+def run_child(inp: Path, out: Path, ck: Path, failpoint: str | None, marker: Path, timeout: float = 240) -> str:
+    env = dict(os.environ)
+    env.pop("REGIONAL_FAILPOINT", None)
+    if failpoint:
+        env["REGIONAL_FAILPOINT"] = failpoint
+        env["REGIONAL_FAILPOINT_FILE"] = str(marker)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "integration.crash_child", str(inp), str(out), str(ck)],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,  # its own process group: the JVM and the workers die with it
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if failpoint and marker.exists():
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+                return "killed"
+            if child.poll() is not None:
+                output = child.stdout.read() if child.stdout else ""
+                assert child.returncode == 0, f"child failed:\n{output[-4000:]}"
+                return "finished"
+            time.sleep(0.2)
+        raise AssertionError(f"child neither reached {failpoint} nor finished in {timeout}s")
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+
+
+@pytest.mark.parametrize("failpoint", ["before_publish:1", "before_record:1"])
+def test_sigkill_inside_phase_two_then_restart_publishes_everything_once(tmp_path, failpoint):
+    inp, out, ck, marker = tmp_path / "in", tmp_path / "out", tmp_path / "ck", tmp_path / "reached"
+    inputs = add_epoch_of_files(inp, ["a", "b", "c"], "001", 10)
+
+    assert run_child(inp, out, ck, failpoint, marker) == "killed"
+    store = regional.status(ck)
+    assert [e.epoch for e in store.epochs] == [0]  # epoch 1 was decided but never recorded
+    assert (ck / "regional" / "intents" / "000000000001.json").exists()
+
+    assert run_child(inp, out, ck, None, marker) == "finished"
+    epochs = regional.status(ck).epochs
+    assert epochs[1].kind == "regional" and set(epochs[1].fallen_back) == {"b"}
+    assert_exactly_once_in_order(out, expected_rows(inputs))
