@@ -13,7 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from regional.committers import DeltaCommitter, EpochReport
+from regional.committers import DeltaCommitter
 
 
 def _epochs(text: str) -> set[int]:
@@ -67,11 +67,10 @@ class JsonLinesTarget:
             (self.root / "_staging" / name).unlink(missing_ok=True)
 
 
-class ReportingDelta(DeltaCommitter):
-    """Delta, and a log of every region-level report the sink hands to ``commit``."""
+class NotifiedDelta(FlakyDelta):
+    """FlakyDelta that logs every region-level notification it receives to ``notifyLog``."""
 
-    def commit(self, epoch: int, handles: dict[str, Any], report: EpochReport | None = None) -> None:
-        super().commit(epoch, handles, report)
-        with open(self.options["reportlog"], "a") as f:
-            f.write(json.dumps({"epoch": epoch, "kind": report.kind if report else None,
-                                "committed": sorted(report.committed) if report else None}) + "\n")
+    def on_epoch(self, epoch: int, committed: dict[str, tuple[int, int]],
+                 fallen_back: dict[str, tuple[int, str]]) -> None:
+        with open(self.options["notifylog"], "a") as f:
+            f.write(json.dumps({"epoch": epoch, "committed": committed, "fallen_back": fallen_back}) + "\n")

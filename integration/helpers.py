@@ -21,8 +21,8 @@ def add_file(root: Path, region: str, name: str, values: list[str]) -> None:
     os.replace(tmp, directory / name)
 
 
-def add_epoch_of_files(root: Path, regions: list[str], tag: str, rows: int) -> dict[str, list[str]]:
-    added = {r: [f"{r}-{tag}-{i}" for i in range(rows)] for r in regions}
+def add_epoch_of_files(root: Path, regions: list[str], tag: str, rows: int, pad: int = 0) -> dict[str, list[str]]:
+    added = {r: [f"{r}-{tag}-{i}-" + "x" * pad if pad else f"{r}-{tag}-{i}" for i in range(rows)] for r in regions}
     for r, values in added.items():
         add_file(root, r, f"{tag}.txt", values)
     return added
@@ -45,22 +45,27 @@ def start_to_delta(df: DataFrame, out: Path, ck: Path, target: str = "delta", **
     return writer.start()
 
 
-def run_epochs(query: StreamingQuery, ck: Path, epochs: int, timeout: float = 120) -> None:
-    """Let the query run until the store has recorded ``epochs`` epochs, then stop it.
-
-    For queries whose failing region keeps them from ever running out of work."""
+def wait_for_epochs(query: StreamingQuery, ck: Path, epochs: int, timeout: float = 180) -> None:
+    """Wait until the store has recorded ``epochs`` epochs (the query keeps running)."""
     import time
 
     import regional
 
     deadline = time.monotonic() + timeout
+    while len(regional.status(ck).epochs) < epochs:
+        if query.exception() is not None or not query.isActive:
+            raise AssertionError(f"query ended early: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"only {len(regional.status(ck).epochs)} epochs in {timeout}s")
+        time.sleep(0.2)
+
+
+def run_epochs(query: StreamingQuery, ck: Path, epochs: int, timeout: float = 180) -> None:
+    """Let the query run until the store has recorded ``epochs`` epochs, then stop it.
+
+    For queries whose failing region keeps them from ever running out of work."""
     try:
-        while len(regional.status(ck).epochs) < epochs:
-            if query.exception() is not None or not query.isActive:
-                raise AssertionError(f"query ended early: {query.exception()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"only {len(regional.status(ck).epochs)} epochs in {timeout}s")
-            time.sleep(0.2)
+        wait_for_epochs(query, ck, epochs, timeout)
     finally:
         query.stop()
 

@@ -20,14 +20,15 @@ from integration.conftest import ROOT
 from integration.helpers import add_epoch_of_files, assert_exactly_once_in_order, expected_rows
 
 
-def run_child(inp: Path, out: Path, ck: Path, failpoint: str | None, marker: Path, timeout: float = 240) -> str:
+def run_child(inp: Path, out: Path, ck: Path, b_down: Path, failpoint: str | None, marker: Path,
+              timeout: float = 240) -> str:
     env = dict(os.environ)
     env.pop("REGIONAL_FAILPOINT", None)
     if failpoint:
         env["REGIONAL_FAILPOINT"] = failpoint
         env["REGIONAL_FAILPOINT_FILE"] = str(marker)
     child = subprocess.Popen(
-        [sys.executable, "-m", "integration.crash_child", str(inp), str(out), str(ck)],
+        [sys.executable, "-m", "integration.crash_child", str(inp), str(out), str(ck), str(b_down)],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,  # its own process group: the JVM and the workers die with it
     )
@@ -53,14 +54,20 @@ def run_child(inp: Path, out: Path, ck: Path, failpoint: str | None, marker: Pat
 @pytest.mark.parametrize("failpoint", ["before_publish:1", "before_record:1"])
 def test_sigkill_inside_phase_two_then_restart_publishes_everything_once(tmp_path, failpoint):
     inp, out, ck, marker = tmp_path / "in", tmp_path / "out", tmp_path / "ck", tmp_path / "reached"
+    b_down = tmp_path / "b_down"
     inputs = add_epoch_of_files(inp, ["a", "b", "c"], "001", 10)
 
-    assert run_child(inp, out, ck, failpoint, marker) == "killed"
+    # First run: b's target is down; the run is killed inside epoch 1's phase two.
+    b_down.touch()
+    assert run_child(inp, out, ck, b_down, failpoint, marker) == "killed"
     store = regional.status(ck)
     assert [e.epoch for e in store.epochs] == [0]  # epoch 1 was decided but never recorded
     assert (ck / "regional" / "intents" / "000000000001.json").exists()
 
-    assert run_child(inp, out, ck, None, marker) == "finished"
+    # The restart re-runs epoch 1, and this time b's tasks succeed: the epoch must still be
+    # finished as first decided (b fell back), or the store would claim rows the table lacks.
+    b_down.unlink()
+    assert run_child(inp, out, ck, b_down, None, marker) == "finished"
     epochs = regional.status(ck).epochs
     assert epochs[1].kind == "regional" and set(epochs[1].fallen_back) == {"b"}
     assert_exactly_once_in_order(out, expected_rows(inputs))

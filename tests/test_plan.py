@@ -42,3 +42,19 @@ def test_plan_round_trips_through_the_offset_json_spark_logs():
 def test_a_foreign_offset_is_a_clear_error():
     with pytest.raises(RegionalStoreError, match="not written by the regional source"):
         EpochPlan.from_offset({"logOffset": 3})
+
+
+def test_a_plan_is_final_only_when_it_reaches_the_bounded_inputs_end():
+    cursors = {"a": RegionCursor(0, None), "b": RegionCursor(0, None)}
+    growing = plan_epoch(0, "/ck", cursors, {"a": 10, "b": 10}, ends={"a": 30, "b": 30})
+    assert not growing.final  # what is available now is not the end yet
+    capped = plan_epoch(2, "/ck", cursors, {"a": 30, "b": 30}, max_records_per_region=20, ends={"a": 30, "b": 30})
+    assert not capped.final
+    last = plan_epoch(3, "/ck", {"a": RegionCursor(20, 2), "b": RegionCursor(20, 2)}, {"a": 30, "b": 30},
+                      ends={"a": 30, "b": 30})
+    assert last.final and not plan_epoch(3, "/ck", cursors, {"a": 30, "b": 30}).final  # unbounded: never
+
+
+def test_a_forced_global_request_travels_in_the_plan():
+    plan = plan_epoch(4, "/ck", {}, {"a": 3}, force_reason="a graceful stop asked for a final global epoch")
+    assert EpochPlan.from_offset(plan.to_offset()).force_reason == plan.force_reason

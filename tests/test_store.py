@@ -69,3 +69,14 @@ def test_only_local_checkpoints(tmp_path):
     assert local_path(f"file:{tmp_path}") == tmp_path
     with pytest.raises(RegionalConfigError, match="local"):
         local_path("s3://bucket/ck")
+
+
+def test_a_stop_request_counts_only_for_the_run_that_made_it(tmp_path):
+    import time
+
+    store = Store(tmp_path)
+    store.request_final_epoch(after_epoch=3)
+    assert store.final_epoch_requested_since(time.time() - 60)
+    assert not store.final_epoch_requested_since(time.time() + 1)  # a later run: stale, ignored
+    store.clear_final_epoch_request()
+    assert not store.final_epoch_requested_since(0)

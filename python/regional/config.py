@@ -24,6 +24,16 @@ DEFAULTS: dict[str, str] = {
 }
 
 
+# Options the source's tasks need that a user may give on writeStream: the sink shares them via the store.
+SHARED_OPTIONS = tuple(DEFAULTS)
+
+
+def shared_options(options: Mapping[str, str]) -> dict[str, str]:
+    """The regional settings among a query side's own options (keys lower-cased)."""
+    keys = {k.lower() for k in SHARED_OPTIONS}
+    return {k.lower(): str(v) for k, v in options.items() if k.lower() in keys}
+
+
 def merge_options(conf: Mapping[str, str], options: Mapping[str, str]) -> dict[str, str]:
     """Defaults, then ``spark.regional.*`` conf, then the query's options; keys lower-cased."""
     merged = {k.lower(): v for k, v in DEFAULTS.items()}

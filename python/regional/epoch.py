@@ -8,7 +8,7 @@ plain functions; the sink's ``commit`` is a thin call into ``commit_epoch``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,8 +38,16 @@ class TaskReport:
     reason: str | None = None  # why it failed
 
 
-def outcomes_from_reports(plan: EpochPlan, reports: Sequence[TaskReport | None]) -> dict[str, RegionOutcome]:
-    """Match task reports to planned regions (partition i reads plan.regions[i]) and check them."""
+def outcomes_from_reports(
+    plan: EpochPlan,
+    reports: Sequence[TaskReport | None],
+    cuts: Callable[[TaskReport], tuple[str, int] | None] = lambda report: None,
+) -> dict[str, RegionOutcome]:
+    """Match task reports to planned regions (partition i reads plan.regions[i]) and check them.
+
+    ``cuts`` finds where the source stopped reading a task's region at its
+    ``regionTimeout``; only that prefix of the range is done.
+    """
     if len(reports) != len(plan.regions):
         raise RegionalPlanError(
             f"epoch {plan.epoch}: the sink ran {len(reports)} tasks for {len(plan.regions)} planned regions. "
@@ -63,8 +71,16 @@ def outcomes_from_reports(plan: EpochPlan, reports: Sequence[TaskReport | None])
                 f"outside its planned range [{rr.start}, {rr.end}); the offset column must be the source's"
             )
         if rr.has_work:
-            # A task that succeeded read its whole range: rows the query filtered out still count as done.
+            # A task that succeeded read its whole range (or up to its cut): rows the query
+            # filtered out still count as done.
             end = rr.end if report.status is Status.WRITTEN else rr.start
+            cut = cuts(report) if report.status is Status.WRITTEN else None
+            if cut is not None:
+                region, end = cut
+                if region != rr.region or not rr.start <= end <= rr.end or (
+                        report.rows and (report.last_offset or 0) >= end):
+                    raise RegionalPlanError(f"epoch {plan.epoch}: the timeout cut {cut} of partition {i} does "
+                                            f"not fit region {rr.region!r} [{rr.start}, {rr.end})")
             outcomes[rr.region] = RegionOutcome(rr.region, report.status, end, report.rows, report.reason)
     return outcomes
 
@@ -93,14 +109,16 @@ def commit_epoch(
     recorded = store.read_record(epoch)
     if recorded is not None:
         committer.abort(epoch, staged_now)
+        notify(committer, recorded)  # at least once: the crash may have come before it
         return recorded
 
     # 1. Decide, or take the decision of an interrupted earlier run of this epoch.
     intent = store.read_intent(epoch)
     if intent is None:
-        outcomes = outcomes_from_reports(plan, reports)
-        previous = store.region_states(before=epoch)
-        decision = decide(plan, outcomes, previous, policy, force_reason)
+        outcomes = outcomes_from_reports(plan, reports, cuts=lambda r: store.read_cut(epoch, r.partition, r.attempt))
+        previous = store.latest_record(before=epoch)
+        force_reason = force_reason or plan.force_reason
+        decision = decide(plan, outcomes, previous.regions if previous else {}, policy, force_reason)
         record = EpochRecord.from_decision(epoch, decision, previous)
         publish = {r: staged_now[r] for r in decision.committed if r in staged_now}
         discard = {r: h for r, h in staged_now.items() if r not in publish}
@@ -128,7 +146,19 @@ def commit_epoch(
     store.write_record(record)
     store.prune(policy.retain_epochs)
     log.info("regional: %s", describe(record))
+
+    # 6. Tell the committer, region by region.
+    notify(committer, record)
     return record
+
+
+def notify(committer: Committer, record: EpochRecord) -> None:
+    """Region-level notification (FLIP-600's partially-completed checkpoint), if the committer wants it:
+    ``on_epoch(epoch, committed={region: (start, end)}, fallen_back={region: (ref_epoch, reason)})``."""
+    on_epoch = getattr(committer, "on_epoch", None)
+    if callable(on_epoch):
+        report = report_of(record)
+        on_epoch(record.epoch, report.committed, report.fallen_back)
 
 
 def report_of(record: EpochRecord) -> EpochReport:

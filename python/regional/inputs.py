@@ -27,6 +27,10 @@ BATCH_ROWS = 10_000
 
 
 class RegionInput(Protocol):
+    def ends(self) -> dict[str, int] | None:
+        """A bounded input's final size per region; None when it may grow for ever."""
+        ...
+
     def available(self, epoch: int) -> dict[str, int]:
         """Records each region holds (its offsets are ``0 .. n-1``), as seen when planning ``epoch``."""
         ...
@@ -35,7 +39,8 @@ class RegionInput(Protocol):
         """On the driver: what a task needs to read ``[start, end)`` of ``region`` (picklable)."""
         ...
 
-    def read(self, region: str, start: int, end: int, split: Any) -> Iterator[pa.RecordBatch]:
+    def read(self, region: str, start: int, end: int, split: Any,
+             batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
         """In the task: the records ``[start, end)`` of ``region``, in offset order."""
         ...
 
@@ -122,6 +127,9 @@ class FilesInput:
             offset += lines
         return spans
 
+    def ends(self) -> None:
+        return None  # files may be appended at any time
+
     def available(self, epoch: int) -> dict[str, int]:
         result = {}
         for region in self.regions():
@@ -132,13 +140,14 @@ class FilesInput:
     def split(self, region: str, start: int, end: int) -> list[FileSpan]:
         return [s for s in self.spans(region) if s.first_offset < end and s.first_offset + s.lines > start]
 
-    def read(self, region: str, start: int, end: int, split: Any) -> Iterator[pa.RecordBatch]:
+    def read(self, region: str, start: int, end: int, split: Any,
+             batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
         for span in split:
             lines = _lines((self.root / region / span.name).read_bytes())
             lo = max(start - span.first_offset, 0)
             hi = min(end - span.first_offset, span.lines)
-            for chunk in range(lo, hi, BATCH_ROWS):
-                chunk_end = min(chunk + BATCH_ROWS, hi)
+            for chunk in range(lo, hi, batch_rows):
+                chunk_end = min(chunk + batch_rows, hi)
                 yield batch_of(region, span.first_offset + chunk, lines.slice(chunk, chunk_end - chunk))
 
 
@@ -183,6 +192,9 @@ class GeneratorInput:
         self.total_rows = parse_optional_int(options, "totalRows", minimum=0)
         self.value_size = parse_int(options, "valueSize", minimum=0, default="0")
 
+    def ends(self) -> dict[str, int] | None:
+        return None if self.total_rows is None else dict.fromkeys(self.regions, self.total_rows)
+
     def available(self, epoch: int) -> dict[str, int]:
         n = (epoch + 1) * self.rows_per_epoch
         if self.total_rows is not None:
@@ -192,9 +204,10 @@ class GeneratorInput:
     def split(self, region: str, start: int, end: int) -> None:
         return None
 
-    def read(self, region: str, start: int, end: int, split: Any) -> Iterator[pa.RecordBatch]:
-        for chunk in range(start, end, BATCH_ROWS):
-            chunk_end = min(chunk + BATCH_ROWS, end)
+    def read(self, region: str, start: int, end: int, split: Any,
+             batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+        for chunk in range(start, end, batch_rows):
+            chunk_end = min(chunk + batch_rows, end)
             values = [generated_value(region, o, self.value_size) for o in range(chunk, chunk_end)]
             yield batch_of(region, chunk, pa.array(values, pa.string()))
 

@@ -44,6 +44,8 @@ class EpochPlan:
     epoch: int
     store: str  # the regional store the source planned against; the sink must share it
     regions: tuple[RegionRange, ...]  # sorted by region id: partition i reads regions[i]
+    final: bool = False  # a bounded input: once this plan is published whole, nothing is left to read
+    force_reason: str | None = None  # this epoch must be forced-global (a graceful stop asked for it)
 
     @property
     def has_work(self) -> bool:
@@ -53,6 +55,8 @@ class EpochPlan:
         return {
             "epoch": self.epoch,
             "store": self.store,
+            "final": self.final,
+            "force_reason": self.force_reason,
             "regions": {r.region: {"start": r.start, "end": r.end, "ref_epoch": r.ref_epoch}
                         for r in self.regions},
         }
@@ -65,7 +69,9 @@ class EpochPlan:
                             None if v.get("ref_epoch") is None else int(v["ref_epoch"]))
                 for region, v in offset["regions"].items()
             )
-            return cls(int(offset["epoch"]), str(offset.get("store", "")), regions)
+            force = offset.get("force_reason")
+            return cls(int(offset["epoch"]), str(offset.get("store", "")), regions, bool(offset.get("final", False)),
+                       None if force is None else str(force))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RegionalStoreError(
                 f"the offset {str(dict(offset))[:200]} was not written by the regional source ({exc!r}); "
@@ -83,12 +89,15 @@ def plan_epoch(
     cursors: Mapping[str, RegionCursor],
     available: Mapping[str, int],
     max_records_per_region: int | None = None,
+    ends: Mapping[str, int] | None = None,
+    force_reason: str | None = None,
 ) -> EpochPlan:
     """Plan ``epoch``: every known region, from its committed offset to what is available.
 
     ``available`` maps a region to the number of records it holds (offsets
     ``0 .. n-1``). A region known to the store but missing from ``available``
     has nothing new. ``max_records_per_region`` caps each range (admission control).
+    ``ends`` are a bounded input's final sizes: the plan that reaches them everywhere is final.
     """
     ranges = []
     for region in sorted(set(cursors) | set(available)):
@@ -103,4 +112,5 @@ def plan_epoch(
         if max_records_per_region is not None:
             end = min(end, start + max_records_per_region)
         ranges.append(RegionRange(region, start, end, cursor.current_epoch))
-    return EpochPlan(epoch, store, tuple(ranges))
+    final = ends is not None and all(r.end >= ends.get(r.region, r.end) for r in ranges)
+    return EpochPlan(epoch, store, tuple(ranges), final, force_reason)

@@ -6,18 +6,25 @@ import logging
 import os
 import re
 import sys
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from regional.config import CONF_PREFIX, RegionalPolicy, merge_options
+from regional.store import Store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from regional.listener import RegionalListener
 
 log = logging.getLogger("regional")
 
 # The Delta JVM artifact matching the pinned pyspark and delta-spark (see setup.cfg).
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+
+_listeners: dict[int, RegionalListener] = {}  # one per SparkSession
 
 
 def register(spark: SparkSession) -> None:
@@ -29,10 +36,54 @@ def register(spark: SparkSession) -> None:
 
     conf = {k: v for k, v in spark.conf.getAll.items() if k.lower().startswith(CONF_PREFIX)}
     policy = RegionalPolicy.from_options(merge_options(conf, {}))  # bad conf fails here, not in a task
+
     _check_python(spark)
     _check_task_retries(spark, policy)
     source = type("RegionalDataSource", (RegionalDataSource,), {"conf_defaults": conf})
     spark.dataSource.register(source)
+    if id(spark) not in _listeners:
+        from regional.listener import RegionalListener
+
+        _listeners[id(spark)] = RegionalListener(spark)
+        spark.streams.addListener(_listeners[id(spark)])
+
+
+def listener_for(spark: SparkSession) -> RegionalListener | None:
+    """The listener ``register`` added to this session, with its per-query metrics."""
+    return _listeners.get(id(spark))
+
+
+def stop(query: StreamingQuery, timeout: float = 60.0) -> bool:
+    """Stop ``query`` gracefully: ask for a final global epoch, wait for it, then stop.
+
+    Returns True when every region was current at the stop, so that the next start
+    replays nothing. If that takes longer than ``timeout`` seconds, says so, stops
+    anyway and returns False: the next start then reads only what was not published.
+    """
+    store = Store(query._jsq.streamingQuery().resolvedCheckpointRoot())  # internal API, see SPARK_NOTES
+    latest = store.latest_record()
+    asked_after = latest.epoch if latest else -1
+    store.request_final_epoch(asked_after)
+    deadline = time.monotonic() + timeout
+    done = False
+    try:
+        while query.isActive and time.monotonic() < deadline:
+            latest = store.latest_record()
+            idle = not query.status.get("isTriggerActive", False)
+            if latest is not None and latest.whole and (latest.epoch > asked_after or idle):
+                done = True
+                break
+            time.sleep(0.1)
+        if not done:
+            behind = sorted(r for r, s in (latest.regions.items() if latest else ()) if s.ref_epoch is not None)
+            log.warning(
+                "regional: no final global epoch within %.0fs (regions behind: %s); stopping anyway. "
+                "The next start reads only what was not published.", timeout, ", ".join(behind[:10]) or "none",
+            )
+    finally:
+        query.stop()
+        store.clear_final_epoch_request()
+    return done
 
 
 def _check_python(spark: SparkSession) -> None:

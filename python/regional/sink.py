@@ -26,6 +26,7 @@ from regional.config import RegionalPolicy, parse_bool
 from regional.decision import Status
 from regional.epoch import TaskReport, commit_epoch
 from regional.errors import RegionalConfigError, RegionalPlanError
+from regional.region_timeout import SinkProgress
 from regional.spark_log import read_plan
 from regional.store import Store
 
@@ -51,9 +52,10 @@ class _Upstream(Exception):
 class SliceGuard:
     """Watches the rows of one task on their way to the committer."""
 
-    def __init__(self, partition: int, keep_region_columns: bool) -> None:
+    def __init__(self, partition: int, keep_region_columns: bool, progress: SinkProgress | None = None) -> None:
         self.partition = partition
         self.keep = keep_region_columns
+        self.progress = progress
         self.region: str | None = None
         self.first_offset: int | None = None
         self.last_offset: int | None = None
@@ -98,10 +100,13 @@ class SliceGuard:
             self.first_offset = int(offsets[0])
         self.last_offset = int(offsets[-1])
         self.rows += len(offsets)
+        if self.progress is not None:
+            self.progress.update(self.last_offset)
 
 
 class RegionalStreamWriter(DataSourceStreamArrowWriter):
-    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType,
+                 own_options: Mapping[str, str] | None = None) -> None:
         missing = [c for c in REGION_COLUMNS if c not in schema.fieldNames()]
         if missing:
             raise RegionalConfigError(
@@ -117,6 +122,8 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         self.policy = RegionalPolicy.from_options(options)
         self.keep_region_columns = parse_bool(options, "keepRegionColumns", default="false")
         load_committer(options.get("target"), self.options)  # fail at start on a bad target
+        # Regional settings given on writeStream also rule the source's tasks (quarantine, timeout).
+        Store(checkpoint).write_sink_options(own_options or {})
 
     def _committer(self) -> Committer:
         return load_committer(self.options.get("target"), self.options)
@@ -128,13 +135,28 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         assert ctx is not None, "write() runs in a Spark task"
         partition, attempt = ctx.partitionId(), ctx.attemptNumber()
         epoch = int(ctx.getLocalProperty("streaming.sql.batchId") or -1)
-        guard = SliceGuard(partition, self.keep_region_columns)
+        progress = None
+        if self.policy.enabled and self.policy.region_timeout_s is not None:
+            progress = SinkProgress(Store(self.checkpoint).progress_path(epoch, partition, attempt))
+        try:
+            return self._write(iterator, epoch, partition, attempt, progress)
+        finally:
+            if progress is not None:
+                progress.close()
+
+    def _write(self, iterator: Iterator[pa.RecordBatch], epoch: int, partition: int, attempt: int,
+               progress: SinkProgress | None) -> RegionSliceMessage:
+        guard = SliceGuard(partition, self.keep_region_columns, progress)
         batches = guard.batches(iterator)
         try:
             first = next(batches, None)
         except _Upstream as up:
             raise up.original from None
         if first is None:
+            if self.policy.enabled and attempt >= self.policy.region_attempts:
+                # The source read nothing for this attempt: the region is quarantined (see source.read).
+                reason = f"quarantined: {attempt} attempts failed upstream of the sink"
+                return RegionSliceMessage(TaskReport(partition, attempt, Status.QUARANTINED, reason=reason))
             return RegionSliceMessage(TaskReport(partition, attempt, Status.WRITTEN))
         assert guard.region is not None
         try:

@@ -7,25 +7,31 @@ of the plan. Each range starts at the region's committed offset.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamReader,
     DataSourceStreamWriter,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import ReadLimit
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from regional.config import merge_options, parse_optional_int
+from regional.config import RegionalPolicy, merge_options, parse_optional_int, shared_options
 from regional.errors import RegionalConfigError, RegionalStoreError
 from regional.inputs import SCHEMA_DDL, make_input
 from regional.plan import EpochPlan, RegionCursor, initial_offset, plan_epoch
+from regional.region_timeout import TIMED_BATCH_ROWS, SinkWatch
 from regional.store import Store
+
+log = logging.getLogger("regional")
 
 
 class RegionalDataSource(DataSource):
@@ -53,11 +59,12 @@ class RegionalDataSource(DataSource):
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from regional.sink import RegionalStreamWriter
 
-        return RegionalStreamWriter(self.merged_options(), schema)
+        return RegionalStreamWriter(self.merged_options(), schema, shared_options(self.options))
 
 
 @dataclass
 class RegionPartition(InputPartition):
+    epoch: int
     index: int
     region: str
     start: int
@@ -65,7 +72,7 @@ class RegionPartition(InputPartition):
     split: Any
 
 
-class RegionalStreamReader(DataSourceStreamReader):
+class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Mapping[str, str]) -> None:
         checkpoint = options.get("checkpointlocation")
         if not checkpoint:
@@ -73,9 +80,17 @@ class RegionalStreamReader(DataSourceStreamReader):
                 "the regional source needs the query's checkpoint location to find its store: add "
                 ".option('checkpointLocation', <the same path as on writeStream>) to readStream"
             )
+        self.options = dict(options)
         self.store = Store(checkpoint)
         self.input = make_input(options)
         self.max_records = parse_optional_int(options, "maxRecordsPerRegion", minimum=1)
+        RegionalPolicy.from_options(options)  # bad settings fail at start, not in a task
+        self.available_now: dict[str, int] | None = None  # Trigger.AvailableNow: read up to here, then end
+        self.started_at = time.time()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        latest = self.store.latest_record()
+        self.available_now = self.input.available(latest.epoch + 1 if latest else 0)
 
     def initialOffset(self) -> dict[str, Any]:
         return initial_offset(str(self.store.checkpoint))
@@ -90,10 +105,22 @@ class RegionalStreamReader(DataSourceStreamReader):
                 f"{'has no record' if record is None else f'ends at epoch {record.epoch}'}: the store was "
                 "removed or replaced. Restore it, or start the query on a new checkpointLocation"
             )
+        stopping = self.store.final_epoch_requested_since(self.started_at)
+        if stopping and record is not None and record.whole:
+            return start  # a graceful stop got its final global epoch: start no other
         cursors = {r: RegionCursor(s.committed_offset, s.current_epoch)
                    for r, s in (record.regions.items() if record else ())}
-        plan = plan_epoch(epoch, str(self.store.checkpoint), cursors, self.input.available(epoch), self.max_records)
-        # Nothing to read anywhere: hand Spark its own offset back, so no empty epoch runs.
+        available = self.input.available(epoch)
+        if self.available_now is not None:
+            available = {r: min(n, self.available_now.get(r, 0)) for r, n in available.items()}
+        plan = plan_epoch(epoch, str(self.store.checkpoint), cursors, available, self.max_records,
+                          ends=self.available_now if self.available_now is not None else self.input.ends(),
+                          force_reason="a graceful stop asked for a final global epoch" if stopping else None)
+        if record is not None and record.fallen_back and plan.has_work:
+            log.warning("regional: epoch %d retries %d fallen-back region(s): %s", epoch, len(record.fallen_back),
+                        ", ".join(sorted(record.fallen_back)[:5]))
+        # Nothing to read anywhere: hand Spark its own offset back, so no empty epoch runs
+        # (and a bounded query, or Trigger.AvailableNow, ends).
         return plan.to_offset() if plan.has_work else start
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
@@ -101,15 +128,41 @@ class RegionalStreamReader(DataSourceStreamReader):
             return []
         plan = EpochPlan.from_offset(end)
         return [
-            RegionPartition(i, r.region, r.start, r.end,
+            RegionPartition(plan.epoch, i, r.region, r.start, r.end,
                             self.input.split(r.region, r.start, r.end) if r.has_work else None)
             for i, r in enumerate(plan.regions)
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RegionPartition)
-        if partition.end > partition.start:
+        if partition.end <= partition.start:
+            return
+        ctx = TaskContext.get()
+        attempt = ctx.attemptNumber() if ctx is not None else 0
+        # Settings given on writeStream reach the source through the store.
+        options = {**self.options, **self.store.read_sink_options()}
+        policy = RegionalPolicy.from_options(options)
+        if policy.enabled and attempt >= policy.region_attempts:
+            # Quarantine: earlier attempts failed upstream of the sink. Read nothing, so that
+            # this attempt succeeds and the epoch goes on without the region.
+            log.warning("regional: epoch %d region %r quarantined at attempt %d", partition.epoch,
+                        partition.region, attempt)
+            return
+        timeout = policy.region_timeout_s if policy.enabled else None
+        if timeout is None:
             yield from self.input.read(partition.region, partition.start, partition.end, partition.split)
+            return
+        # regionTimeout: stop reading when time is up; what was emitted is published (a prefix),
+        # the rest of the range moves to the next epoch (see region_timeout.py).
+        sink = SinkWatch(self.store.progress_path(partition.epoch, partition.index, attempt), timeout)
+        next_offset = partition.start
+        for batch in self.input.read(partition.region, partition.start, partition.end, partition.split,
+                                     batch_rows=TIMED_BATCH_ROWS):
+            if next_offset > partition.start and sink.expired():
+                self.store.write_cut(partition.epoch, partition.index, attempt, partition.region, next_offset)
+                return
+            yield batch
+            next_offset += batch.num_rows
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the sink's store record, not Spark's commit, moves a region's offset."""

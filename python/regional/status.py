@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from regional.decision import EpochKind
 from regional.epoch import describe
 from regional.store import EpochRecord, Store
 
@@ -27,8 +26,8 @@ class QueryStatus:
 
     @property
     def regional_epochs(self) -> int:
-        """How many retained epochs were regional (FLIP-600's first metric)."""
-        return sum(1 for e in self.epochs if e.kind is EpochKind.REGIONAL)
+        """How many epochs of this query were regional (FLIP-600's first metric)."""
+        return self.epochs[-1].regional_epochs if self.epochs else 0
 
     @property
     def oldest_ref_epoch(self) -> int | None:

@@ -6,6 +6,13 @@ Layout (every file written atomically: a hidden temporary file, fsync, rename):
                            state after it; the newest record is the current state
     intents/<epoch>.json   the write-ahead intent of phase two: the decision and the
                            handles about to be published, written before publishing
+    cuts/<epoch>/<partition>-<attempt>.json
+                           where the source stopped reading a region at its regionTimeout
+    progress/<epoch>/<partition>-<attempt>
+                           how far a sink task has written, for the source's back-pressure
+    final-epoch-request.json
+                           a graceful stop asks for a final global epoch
+    sink-options.json      regional settings given on writeStream, for the source's tasks
 
 Region ids live only inside the JSON, never in a path. Files whose names start
 with ``.`` are torn temporaries from a crash and are ignored.
@@ -17,6 +24,8 @@ import base64
 import json
 import os
 import pickle
+import shutil
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -68,15 +77,22 @@ class EpochRecord:
     fallen_back: dict[str, FallBack]
     regions: dict[str, RegionRecord]  # every known region's state after this epoch
     reason: str | None = None
+    regional_epochs: int = 0  # regional epochs so far in this query, this one included
 
     @classmethod
-    def from_decision(cls, epoch: int, decision: Decision, previous: Mapping[str, RegionRecord]) -> EpochRecord:
+    def from_decision(cls, epoch: int, decision: Decision, previous: EpochRecord | None) -> EpochRecord:
         fallen = {}
         for region, why in decision.fallen_back.items():
             ref = decision.regions[region].ref_epoch
             fallen[region] = FallBack(-1 if ref is None else ref, why, region in decision.quarantined)
         committed = {r: Slice(*v) for r, v in decision.committed.items()}
-        return cls(epoch, decision.kind, committed, fallen, decision.regions, decision.reason)
+        regional = (previous.regional_epochs if previous else 0) + (decision.kind is EpochKind.REGIONAL)
+        return cls(epoch, decision.kind, committed, fallen, decision.regions, decision.reason, regional)
+
+    @property
+    def whole(self) -> bool:
+        """No region is behind: every known region is current."""
+        return all(s.state is RegionState.OK for s in self.regions.values())
 
     @property
     def oldest_ref_epoch(self) -> int | None:
@@ -89,6 +105,7 @@ class EpochRecord:
             "epoch": self.epoch,
             "kind": self.kind.value,
             "reason": self.reason,
+            "regional_epochs": self.regional_epochs,
             "committed": {r: vars(s) for r, s in self.committed.items()},
             "fallen_back": {r: vars(f) for r, f in self.fallen_back.items()},
             "regions": {
@@ -115,6 +132,7 @@ class EpochRecord:
                 for r, s in data["regions"].items()
             },
             reason=data.get("reason"),
+            regional_epochs=int(data.get("regional_epochs", 0)),
         )
 
 
@@ -152,6 +170,10 @@ class Store:
         self.root = self.checkpoint / STORE_DIR
         self._epochs = self.root / "epochs"
         self._intents = self.root / "intents"
+        self._cuts = self.root / "cuts"
+        self._progress = self.root / "progress"
+        self._sink_options = self.root / "sink-options.json"
+        self._final_request = self.root / "final-epoch-request.json"
 
     def __repr__(self) -> str:
         return f"Store({str(self.checkpoint)!r})"
@@ -203,6 +225,48 @@ class Store:
     def write_intent(self, epoch: int, intent: Intent) -> None:
         _atomic_write_json(self._intents / _name(epoch), intent.to_json())
 
+    # -- settings the sink shares with the source --------------------------------
+
+    def write_sink_options(self, options: Mapping[str, str]) -> None:
+        _atomic_write_json(self._sink_options, dict(options))
+
+    def read_sink_options(self) -> dict[str, str]:
+        return {str(k): str(v) for k, v in (self._read_json(self._sink_options) or {}).items()}
+
+    # -- regionTimeout cuts ---------------------------------------------------
+
+    def write_cut(self, epoch: int, partition: int, attempt: int, region: str, end: int) -> None:
+        """The source stopped reading ``region`` at ``end`` in this task attempt."""
+        _atomic_write_json(self._cuts / str(epoch) / f"{partition}-{attempt}.json", {"region": region, "end": end})
+
+    def read_cut(self, epoch: int, partition: int, attempt: int) -> tuple[str, int] | None:
+        path = self._cuts / str(epoch) / f"{partition}-{attempt}.json"
+        data = self._read_json(path)
+        if data is None:
+            return None
+        try:
+            return str(data["region"]), int(data["end"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self._corrupt(path, exc) from None
+
+    def progress_path(self, epoch: int, partition: int, attempt: int) -> Path:
+        """Where a sink task tells its source how far it has written (regionTimeout back-pressure)."""
+        return self._progress / str(epoch) / f"{partition}-{attempt}"
+
+    # -- graceful stop -----------------------------------------------------
+
+    def request_final_epoch(self, after_epoch: int) -> None:
+        _atomic_write_json(self._final_request, {"after_epoch": after_epoch, "requested_at": time.time()})
+
+    def final_epoch_requested_since(self, since: float) -> bool:
+        """A graceful stop asked for a final global epoch at or after ``since`` (a stale request
+        left by a driver that died while stopping is ignored by the next run)."""
+        data = self._read_json(self._final_request)
+        return data is not None and float(data.get("requested_at", 0)) >= since
+
+    def clear_final_epoch_request(self) -> None:
+        _unlink(self._final_request)
+
     # -- retention ---------------------------------------------------------
 
     def prune(self, retain_epochs: int) -> None:
@@ -220,6 +284,9 @@ class Store:
         for epoch in _numbered_files(self._intents):
             if epoch <= epochs[-1]:
                 _unlink(self._intents / _name(epoch))
+        for per_epoch in (*self._cuts.glob("[0-9]*"), *self._progress.glob("[0-9]*")):
+            if int(per_epoch.name) <= epochs[-1]:
+                shutil.rmtree(per_epoch, ignore_errors=True)
 
     # -- helpers -----------------------------------------------------------
 

@@ -1,0 +1,177 @@
+"""Bounded queries never finish partially; a graceful stop leaves nothing to replay;
+committers and the listener hear about every epoch region by region."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import regional
+from integration.helpers import (
+    add_epoch_of_files,
+    assert_exactly_once_in_order,
+    expected_rows,
+    regional_stream,
+    start_to_delta,
+    wait_for_epochs,
+)
+from regional.inputs import generated_value
+
+REGIONS = ["a", "b", "c", "d"]
+FLAKY = "python:integration.faults:FlakyDelta"
+
+
+def test_available_now_ends_only_after_the_failing_region_healed(spark, dirs, tmp_path):
+    inp, out, ck = dirs
+    down = tmp_path / "c-down"
+    down.touch()
+    inputs = add_epoch_of_files(inp, REGIONS, "001", 9)
+    df = regional_stream(spark, inp, ck, maxRecordsPerRegion="3")
+    writer = (df.selectExpr("region", "offset", "upper(value) AS value").writeStream.format("regional")
+              .option("target", FLAKY).option("failRegion", "c").option("failWhileExists", str(down))
+              .option("path", str(out)).option("checkpointLocation", str(ck)).option("keepRegionColumns", "true")
+              .trigger(availableNow=True))
+    healed_at = []
+
+    def heal() -> None:
+        # down for about ten seconds, and for two epochs at least however slow the machine is
+        started = time.monotonic()
+        while time.monotonic() - started < 10 or sum(
+                "c" in e.fallen_back for e in (regional.status(ck).epochs if ck.exists() else [])) < 2:
+            time.sleep(0.2)
+        healed_at.append(time.monotonic())
+        down.unlink()
+
+    healer = threading.Thread(target=heal)
+    query = writer.start()
+    healer.start()
+    try:
+        assert query.awaitTermination(240), "AvailableNow query did not end"
+    finally:
+        query.stop()
+        healer.join()
+    ended_at = time.monotonic()
+    assert query.exception() is None
+    assert healed_at and ended_at >= healed_at[0]
+    epochs = regional.status(ck).epochs
+    assert any("c" in e.fallen_back for e in epochs), [(e.epoch, e.kind, e.fallen_back) for e in epochs]
+    assert epochs[-1].kind in ("global", "forced_global") and epochs[-1].whole
+    assert_exactly_once_in_order(out, expected_rows(inputs), spark)
+    # new input after the run is not read by that run
+    assert all(s.committed_offset == 9 for s in regional.status(ck).regions.values())
+
+
+def test_bounded_generator_ends_by_itself_after_everything_is_published(spark, tmp_path):
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    df = (spark.readStream.format("regional").option("source", "generator").option("regions", "3")
+          .option("rowsPerEpoch", "10").option("totalRows", "30").option("checkpointLocation", str(ck)).load())
+    query = (df.selectExpr("region", "offset", "upper(value) AS value").writeStream.format("regional")
+             .option("target", FLAKY).option("failRegion", "g001").option("failEpochs", "1,2,3")
+             .option("path", str(out)).option("checkpointLocation", str(ck)).option("keepRegionColumns", "true")
+             .start())
+    try:
+        assert query.awaitTermination(180), "the bounded query did not end by itself"
+    finally:
+        query.stop()
+    epochs = regional.status(ck).epochs
+    assert [e.kind for e in epochs[1:4]] == ["regional"] * 3
+    assert epochs[-1].whole
+    regions = [f"g{i:03d}" for i in range(3)]
+    assert_exactly_once_in_order(out, {r: [generated_value(r, o).upper() for o in range(30)] for r in regions})
+
+
+def test_graceful_stop_then_restart_reads_exactly_the_rest(spark, dirs, tmp_path):
+    inp, out, ck = dirs
+    down = tmp_path / "d-down"
+    down.touch()
+    inputs = add_epoch_of_files(inp, REGIONS, "001", 40)
+
+    def run(**options):
+        df = regional_stream(spark, inp, ck, maxRecordsPerRegion="4")
+        return start_to_delta(df, out, ck, target=FLAKY, failRegion="d", failWhileExists=str(down), **options)
+
+    query = run()
+    wait_for_epochs(query, ck, 3)
+    assert regional.status(ck).regions["d"].state == "fallen_back"
+    down.unlink()  # d can catch up inside the final epoch
+    assert regional.stop(query, timeout=60) is True
+    assert not query.isActive
+    before = regional.status(ck)
+    final = before.epochs[-1]
+    # an epoch already planned when the stop came may itself leave every region current
+    assert final.kind in ("global", "forced_global") and final.whole
+    assert final.kind == "global" or "graceful stop" in final.reason
+    published = {r: s.committed_offset for r, s in before.regions.items()}
+    assert all(0 < n < 40 for n in published.values())
+
+    query = run()
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    after = regional.status(ck).epochs[len(before.epochs):]
+    first_starts = {r: s.start for r, s in after[0].committed.items()}
+    assert first_starts == published  # the restart starts exactly where the stop left off
+    read_after = {r: sum(e.committed[r].end - e.committed[r].start for e in after if r in e.committed)
+                  for r in REGIONS}
+    assert read_after == {r: 40 - published[r] for r in REGIONS}
+    assert_exactly_once_in_order(out, expected_rows(inputs))
+
+
+def test_stop_that_cannot_finish_says_so_and_the_restart_replays_only_the_unpublished(spark, dirs, tmp_path,
+                                                                                         caplog):
+    inp, out, ck = dirs
+    down = tmp_path / "d-down"
+    down.touch()
+    inputs = add_epoch_of_files(inp, REGIONS, "001", 8)
+
+    def run():
+        df = regional_stream(spark, inp, ck, maxRecordsPerRegion="4")
+        return start_to_delta(df, out, ck, target=FLAKY, failRegion="d", failWhileExists=str(down),
+                              maxConsecutiveFailures="100")
+
+    query = run()
+    wait_for_epochs(query, ck, 2)
+    with caplog.at_level("WARNING", logger="regional"):
+        assert regional.stop(query, timeout=5) is False
+    assert "no final global epoch within 5s" in caplog.text and "d" in caplog.text
+    assert not query.isActive
+    down.unlink()
+    query = run()
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert_exactly_once_in_order(out, expected_rows(inputs))
+
+
+def test_committer_and_listener_hear_every_epoch_region_by_region(spark, dirs, tmp_path):
+    inp, out, ck = dirs
+    log = tmp_path / "notifications.jsonl"
+    inputs = add_epoch_of_files(inp, REGIONS, "001", 6)
+    df = regional_stream(spark, inp, ck, maxRecordsPerRegion="2")
+    query = start_to_delta(df, out, ck, target="python:integration.faults:NotifiedDelta",
+                           failRegion="b", failEpochs="1,2", notifyLog=str(log))
+    try:
+        query.processAllAvailable()
+        deadline = time.monotonic() + 10  # the listener hears of progress a little later
+        metrics = None
+        while time.monotonic() < deadline:
+            metrics = regional.listener_for(spark).metrics.get(str(query.id))
+            if metrics and metrics.last_epoch == regional.status(ck).epochs[-1].epoch:
+                break
+            time.sleep(0.2)
+    finally:
+        query.stop()
+    st = regional.status(ck)
+    heard = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [h["epoch"] for h in heard] == [e.epoch for e in st.epochs]
+    for h, e in zip(heard, st.epochs, strict=True):
+        assert h["committed"] == {r: [s.start, s.end] for r, s in e.committed.items()}
+        assert h["fallen_back"] == {r: [f.ref_epoch, f.reason] for r, f in e.fallen_back.items()}
+    assert heard[1]["fallen_back"]["b"][0] == 0 and "shard of region b is down" in heard[1]["fallen_back"]["b"][1]
+    assert "b" not in heard[1]["committed"] and set(heard[1]["committed"]) == {"a", "c", "d"}
+    assert st.regional_epochs == 2 and metrics is not None
+    assert metrics.regional_epochs == 2 and metrics.oldest_ref_epoch is None
+    assert_exactly_once_in_order(out, expected_rows(inputs))

@@ -1,0 +1,125 @@
+"""Failures Spark cannot catch in the sink: a poisoned UDF, a killed Python worker, a slow region."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from pyspark.sql import functions as F
+
+import regional
+from integration.helpers import (
+    add_epoch_of_files,
+    assert_exactly_once_in_order,
+    expected_rows,
+    regional_stream,
+    wait_for_epochs,
+)
+
+REGIONS = ["a", "b", "c", "d"]
+
+
+def start(df, out, ck, **options):
+    writer = (df.writeStream.format("regional").option("target", "delta").option("path", str(out))
+              .option("checkpointLocation", str(ck)).option("keepRegionColumns", "true"))
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    return writer.start()
+
+
+def test_poisoned_udf_quarantines_its_region_until_the_cause_is_gone(spark, dirs, tmp_path):
+    inp, out, ck = dirs
+    poison = tmp_path / "poison"
+    poison.touch()
+    marker = str(poison)
+    inputs = add_epoch_of_files(inp, REGIONS, "001", 12)
+
+    @F.udf("string")
+    def enrich(region: str, value: str) -> str:
+        if region == "c" and value == "c-001-5" and os.path.exists(marker):
+            raise ValueError(f"cannot parse poisoned record {value}")
+        return value.upper()
+
+    df = regional_stream(spark, inp, ck, maxRecordsPerRegion="3")
+    query = start(df.select("region", "offset", enrich("region", "value").alias("value")), out, ck)
+    try:
+        wait_for_epochs(query, ck, 4)  # c's slice [3, 6) holds the poison from epoch 1 on
+        poisoned = regional.status(ck)
+        assert poisoned.regions["c"].state == "quarantined"
+        assert poisoned.regions["c"].committed_offset == 3 and poisoned.regions["c"].ref_epoch == 0
+        poison.unlink()
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    epochs = regional.status(ck).epochs
+    quarantined = [e for e in epochs if "c" in e.fallen_back]
+    assert quarantined and all(e.fallen_back["c"].quarantined for e in quarantined)
+    assert all(e.kind == "regional" and {"a", "b", "d"} <= set(e.committed) for e in quarantined[:3])
+    assert "attempts failed upstream" in quarantined[0].fallen_back["c"].reason
+    assert_exactly_once_in_order(out, expected_rows(inputs), spark)
+    assert regional.status(ck).regions["c"].state == "ok"
+    print(f"\nquarantine: c was quarantined in {len(quarantined)} epochs; "
+          f"the query ran {len(epochs)} epochs in all")
+
+
+def test_a_killed_python_worker_is_a_plain_retry(spark, dirs, tmp_path):
+    inp, out, ck = dirs
+    once = str(tmp_path / "killed-once")
+    inputs = add_epoch_of_files(inp, REGIONS, "001", 20)
+
+    @F.udf("string")
+    def fragile(region: str, value: str) -> str:
+        if region == "b" and not os.path.exists(once):
+            open(once, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)  # the executor's Python worker dies mid-task
+        return value.upper()
+
+    df = regional_stream(spark, inp, ck)
+    query = start(df.select("region", "offset", fragile("region", "value").alias("value")), out, ck)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert os.path.exists(once)
+    epochs = regional.status(ck).epochs
+    assert [e.kind for e in epochs] == ["global"]
+    assert_exactly_once_in_order(out, expected_rows(inputs), spark)
+
+
+def test_region_timeout_publishes_prefixes_of_a_slow_region(spark, dirs):
+    inp, out, ck = dirs
+    inputs = add_epoch_of_files(inp, ["fast1", "fast2"], "001", 40000)
+    # 4 KB records, like documents sent to a model: a backlog of 12,000 of them is more than the
+    # buffers between source and sink hold (about 5,000 of them measured), so the source's cut bites.
+    inputs |= add_epoch_of_files(inp, ["slow"], "001", 12000, pad=4000)
+
+    @F.udf("string")
+    def model(region: str, value: str) -> str:
+        if region == "slow":
+            time.sleep(0.001)  # the whole backlog takes twelve seconds: twelve times the timeout
+        return value.upper()
+
+    # The sink takes rows in Arrow batches of maxRecordsPerBatch (10,000 by default): what is in
+    # flight when the deadline passes includes one such batch, so slow per-row work wants them small.
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    try:
+        df = regional_stream(spark, inp, ck, maxRecordsPerRegion="20000")
+        query = start(df.select("region", "offset", model("region", "value").alias("value")), out, ck,
+                      regionTimeout="1s")
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    epochs = regional.status(ck).epochs
+    prefixes = [e.committed["slow"].end - e.committed["slow"].start for e in epochs if "slow" in e.committed]
+    assert sum(prefixes) == 12000
+    assert len(prefixes) >= 2 and prefixes[0] < 12000, f"the slow region was not cut: {prefixes}"
+    fast_epochs = [e for e in epochs if "fast1" in e.committed]
+    assert [e.committed["fast1"].end - e.committed["fast1"].start for e in fast_epochs] == [20000, 20000]
+    assert [e.epoch for e in fast_epochs] == [0, 1]  # the fast regions did not wait for the slow one
+    assert all(not e.fallen_back for e in epochs)
+    assert_exactly_once_in_order(out, expected_rows(inputs))
+    print(f"\nregionTimeout: slow region prefixes per epoch {prefixes}")

@@ -1,0 +1,102 @@
+"""The StreamingQueryListener ``register`` adds: one log line per regional epoch, the end of bounded queries.
+
+It runs in the driver's Python process (py4j callback threads). It learns a
+query's store from the plan in the progress event's end offset, so it needs no
+handle on the query.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming.listener import (
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+    StreamingQueryListener,
+)
+
+from regional.epoch import describe
+from regional.errors import RegionalError
+from regional.plan import EpochPlan
+from regional.store import Store
+
+log = logging.getLogger("regional")
+
+
+@dataclass
+class QueryMetrics:
+    """FLIP-600's two metrics, as of the last epoch this listener saw."""
+
+    regional_epochs: int = 0
+    oldest_ref_epoch: int | None = None
+    last_epoch: int | None = None
+
+
+class RegionalListener(StreamingQueryListener):
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.metrics: dict[str, QueryMetrics] = {}
+
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
+        pass
+
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
+        pass
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        pass
+
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        progress = event.progress
+        plan = _regional_plan(progress.sources)
+        if plan is None or plan.epoch != progress.batchId:
+            return
+        try:
+            record = Store(plan.store).read_record(plan.epoch)
+        except RegionalError as exc:
+            log.error("regional: query %s: %s", progress.id, exc)
+            return
+        if record is None:
+            return
+        regions = record.regions.values()
+        refs = [s.ref_epoch for s in regions if s.ref_epoch is not None]
+        self.metrics[str(progress.id)] = QueryMetrics(record.regional_epochs, min(refs) if refs else None,
+                                                      record.epoch)
+        line = (f"regional: query {progress.name or progress.id} {describe(record)}; "
+                f"quarantined {sum(f.quarantined for f in record.fallen_back.values())}; "
+                f"oldest ref_epoch {min(refs) if refs else None}")
+        (log.warning if record.fallen_back else log.info)(line)
+        if plan.final and record.whole:
+            # A bounded source is exhausted and everything it held is published: end the query.
+            self._stop_later(str(progress.id))
+
+    def _stop_later(self, query_id: str) -> None:
+        def stop() -> None:
+            query = self.spark.streams.get(query_id)
+            if query is not None and query.isActive:
+                log.info("regional: query %s read all of its bounded input; stopping it", query_id)
+                query.stop()
+
+        threading.Thread(target=stop, name=f"regional-stop-{query_id}", daemon=True).start()
+
+
+def _regional_plan(sources: Any) -> EpochPlan | None:
+    if len(sources) != 1:
+        return None
+    try:
+        offset = json.loads(sources[0].endOffset)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(offset, dict) or "regions" not in offset or "store" not in offset:
+        return None
+    try:
+        return EpochPlan.from_offset(offset)
+    except RegionalError:
+        return None
