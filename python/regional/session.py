@@ -106,27 +106,32 @@ def _which(program: str) -> str:
     return program
 
 
-def task_max_failures(spark: SparkSession) -> int:
-    """Attempts Spark gives a task: ``local[N,F]`` sets F; plain ``local[N]`` gives one."""
-    master = spark.sparkContext.master
+def task_max_failures(master: str, max_failures_conf: str | None) -> int:
+    """Attempts Spark gives a task: ``local[N,F]`` sets F; plain ``local[N]`` gives one;
+    a cluster master uses ``spark.task.maxFailures`` (default 4)."""
     match = re.fullmatch(r"local\[[^,\]]+,\s*(\d+)\]", master)
     if match:
         return int(match.group(1))
     if master.startswith("local"):
         return 1
-    return int(spark.conf.get("spark.task.maxFailures", "4") or 4)
+    return int(max_failures_conf or 4)
+
+
+def retries_warning(master: str, max_failures_conf: str | None, policy: RegionalPolicy) -> str | None:
+    """The one-line warning ``register`` gives when upstream failures cannot be quarantined."""
+    attempts = task_max_failures(master, max_failures_conf)
+    if not policy.enabled or attempts > policy.region_attempts:
+        return None
+    return (f"regional: Spark gives each task {attempts} attempt(s) ({master}) but "
+            f"spark.regional.regionAttempts={policy.region_attempts}: failures upstream of the sink cannot be "
+            f"isolated to their region. Use master local[N,{policy.region_attempts + 1}] or set "
+            f"spark.task.maxFailures to at least {policy.region_attempts + 1}")
 
 
 def _check_task_retries(spark: SparkSession, policy: RegionalPolicy) -> None:
-    attempts = task_max_failures(spark)
-    if policy.enabled and attempts <= policy.region_attempts:
-        log.warning(
-            "regional: Spark gives each task %d attempt(s) (%s) but spark.regional.regionAttempts=%d; "
-            "failures upstream of the sink cannot be isolated to their region. Use master local[N,%d] "
-            "or set spark.task.maxFailures to at least %d",
-            attempts, spark.sparkContext.master, policy.region_attempts,
-            policy.region_attempts + 1, policy.region_attempts + 1,
-        )
+    warning = retries_warning(spark.sparkContext.master, spark.conf.get("spark.task.maxFailures", None), policy)
+    if warning:
+        log.warning(warning)
 
 
 def local_spark(master: str = "local[4,4]", app_name: str = "regional",
