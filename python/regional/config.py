@@ -24,13 +24,12 @@ DEFAULTS: dict[str, str] = {
 }
 
 
-# Options the source's tasks need that a user may give on writeStream: the sink shares them via the store.
-SHARED_OPTIONS = tuple(DEFAULTS)
-
-
 def shared_options(options: Mapping[str, str]) -> dict[str, str]:
-    """The regional settings among a query side's own options (keys lower-cased)."""
-    keys = {k.lower() for k in SHARED_OPTIONS}
+    """The regional settings (the keys of DEFAULTS) among a query side's own options, keys lower-cased.
+
+    The source's tasks need them, and a user may give them on writeStream: the sink shares them via the store.
+    """
+    keys = {k.lower() for k in DEFAULTS}
     return {k.lower(): str(v) for k, v in options.items() if k.lower() in keys}
 
 

@@ -65,13 +65,11 @@ class RegionalListener(StreamingQueryListener):
             return
         if record is None:
             return
-        regions = record.regions.values()
-        refs = [s.ref_epoch for s in regions if s.ref_epoch is not None]
-        self.metrics[str(progress.id)] = QueryMetrics(record.regional_epochs, min(refs) if refs else None,
-                                                      record.epoch)
+        oldest = record.oldest_ref_epoch
+        self.metrics[str(progress.id)] = QueryMetrics(record.regional_epochs, oldest, record.epoch)
         line = (f"regional: query {progress.name or progress.id} {describe(record)}; "
                 f"quarantined {sum(f.quarantined for f in record.fallen_back.values())}; "
-                f"oldest ref_epoch {min(refs) if refs else None}")
+                f"oldest ref_epoch {oldest}")
         (log.warning if record.fallen_back else log.info)(line)
         if plan.final and record.whole:
             # A bounded source is exhausted and everything it held is published: end the query.

@@ -6,8 +6,7 @@ shape this:
 
 - The Python workers between source and sink (a UDF's, the sink's own) take a
   second or more to start, so the clock starts when the sink receives its first
-  rows (the sink writes the last offset it received to a small file), not when
-  the source starts reading.
+  rows (the sink leaves a marker file), not when the source starts reading.
 - The source cannot wait for the sink to catch up: with a Python UDF between
   them, one task thread moves rows from source to UDF to sink, and while the
   source's ``read()`` waits, that thread waits on it and no row reaches the
@@ -20,33 +19,22 @@ shape this:
 
 from __future__ import annotations
 
-import os
-import struct
 import time
 from pathlib import Path
 
 # With regionTimeout the source reads in batches this small: the clock is checked between them.
 TIMED_BATCH_ROWS = 100
-_FORMAT = struct.Struct("<q")
 
 
-class SinkProgress:
-    """The sink's side: publish the last offset received, one fixed-size write per batch.
+def mark_sink_receiving(path: Path) -> None:
+    """The sink's side, once per task attempt: it has received its first rows.
 
-    The source's clock starts at the first update: the Python workers between source and sink
-    (a UDF's, the sink's own) take a second or more to start, which must not count against the
-    timeout.
+    The source's clock starts then: the Python workers between source and sink
+    (a UDF's, the sink's own) take a second or more to start, which must not
+    count against the timeout.
     """
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-
-    def update(self, last_offset: int) -> None:
-        os.pwrite(self._fd, _FORMAT.pack(last_offset), 0)
-
-    def close(self) -> None:
-        os.close(self._fd)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch()
 
 
 class SinkWatch:
@@ -61,22 +49,10 @@ class SinkWatch:
         self.path = path
         self.timeout = timeout
         self.deadline = time.monotonic() + timeout + startup_grace
-        self._alive = False
-
-    def _received(self) -> int | None:
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read(_FORMAT.size)
-        except FileNotFoundError:
-            return None
-        if len(data) != _FORMAT.size:
-            return None
-        if not self._alive:
-            self._alive = True
-            self.deadline = time.monotonic() + self.timeout
-        return _FORMAT.unpack(data)[0]
+        self._started = False
 
     def expired(self) -> bool:
-        if not self._alive:
-            self._received()
+        if not self._started and self.path.exists():
+            self._started = True
+            self.deadline = time.monotonic() + self.timeout
         return time.monotonic() >= self.deadline

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from regional.config import RegionalPolicy, parse_bool
 from regional.decision import Status
 from regional.epoch import TaskReport, commit_epoch
 from regional.errors import RegionalConfigError, RegionalPlanError
-from regional.region_timeout import SinkProgress
+from regional.region_timeout import mark_sink_receiving
 from regional.spark_log import read_plan
 from regional.store import Store
 
@@ -52,10 +53,10 @@ class _Upstream(Exception):
 class SliceGuard:
     """Watches the rows of one task on their way to the committer."""
 
-    def __init__(self, partition: int, keep_region_columns: bool, progress: SinkProgress | None = None) -> None:
+    def __init__(self, partition: int, keep_region_columns: bool, on_first_rows: Path | None = None) -> None:
         self.partition = partition
         self.keep = keep_region_columns
-        self.progress = progress
+        self.on_first_rows = on_first_rows  # regionTimeout: the marker that starts the source's clock
         self.region: str | None = None
         self.first_offset: int | None = None
         self.last_offset: int | None = None
@@ -98,10 +99,10 @@ class SliceGuard:
             )
         if self.first_offset is None:
             self.first_offset = int(offsets[0])
+            if self.on_first_rows is not None:
+                mark_sink_receiving(self.on_first_rows)
         self.last_offset = int(offsets[-1])
         self.rows += len(offsets)
-        if self.progress is not None:
-            self.progress.update(self.last_offset)
 
 
 class RegionalStreamWriter(DataSourceStreamArrowWriter):
@@ -135,18 +136,10 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         assert ctx is not None, "write() runs in a Spark task"
         partition, attempt = ctx.partitionId(), ctx.attemptNumber()
         epoch = int(ctx.getLocalProperty("streaming.sql.batchId") or -1)
-        progress = None
+        marker = None
         if self.policy.enabled and self.policy.region_timeout_s is not None:
-            progress = SinkProgress(Store(self.checkpoint).progress_path(epoch, partition, attempt))
-        try:
-            return self._write(iterator, epoch, partition, attempt, progress)
-        finally:
-            if progress is not None:
-                progress.close()
-
-    def _write(self, iterator: Iterator[pa.RecordBatch], epoch: int, partition: int, attempt: int,
-               progress: SinkProgress | None) -> RegionSliceMessage:
-        guard = SliceGuard(partition, self.keep_region_columns, progress)
+            marker = Store(self.checkpoint).sink_receiving_path(epoch, partition, attempt)
+        guard = SliceGuard(partition, self.keep_region_columns, marker)
         batches = guard.batches(iterator)
         try:
             first = next(batches, None)

@@ -154,7 +154,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         # regionTimeout: stop reading when time is up; what was emitted is published (a prefix),
         # the rest of the range moves to the next epoch (see region_timeout.py).
-        sink = SinkWatch(self.store.progress_path(partition.epoch, partition.index, attempt), timeout)
+        sink = SinkWatch(self.store.sink_receiving_path(partition.epoch, partition.index, attempt), timeout)
         next_offset = partition.start
         for batch in self.input.read(partition.region, partition.start, partition.end, partition.split,
                                      batch_rows=TIMED_BATCH_ROWS):

@@ -32,8 +32,7 @@ class QueryStatus:
     @property
     def oldest_ref_epoch(self) -> int | None:
         """The oldest epoch a fallen-back region still references (FLIP-600's second metric)."""
-        refs = [r.ref_epoch for r in self.regions.values() if r.ref_epoch is not None]
-        return min(refs) if refs else None
+        return self.epochs[-1].oldest_ref_epoch if self.epochs else None
 
     def render(self, epochs: bool = True) -> str:
         lines = [f"checkpoint {self.checkpoint}: {len(self.regions)} regions, {len(self.epochs)} epochs recorded, "

@@ -8,8 +8,8 @@ Layout (every file written atomically: a hidden temporary file, fsync, rename):
                            handles about to be published, written before publishing
     cuts/<epoch>/<partition>-<attempt>.json
                            where the source stopped reading a region at its regionTimeout
-    progress/<epoch>/<partition>-<attempt>
-                           how far a sink task has written, for the source's back-pressure
+    receiving/<epoch>/<partition>-<attempt>
+                           a sink task has received rows: the source's regionTimeout clock starts
     final-epoch-request.json
                            a graceful stop asks for a final global epoch
     sink-options.json      regional settings given on writeStream, for the source's tasks
@@ -96,6 +96,8 @@ class EpochRecord:
 
     @property
     def oldest_ref_epoch(self) -> int | None:
+        """The oldest epoch a fallen-back region still references (FLIP-600's second metric).
+        A region's ref_epoch is set exactly when it fell back in this epoch, so this covers them all."""
         refs = [f.ref_epoch for f in self.fallen_back.values()]
         return min(refs) if refs else None
 
@@ -171,7 +173,7 @@ class Store:
         self._epochs = self.root / "epochs"
         self._intents = self.root / "intents"
         self._cuts = self.root / "cuts"
-        self._progress = self.root / "progress"
+        self._receiving = self.root / "receiving"
         self._sink_options = self.root / "sink-options.json"
         self._final_request = self.root / "final-epoch-request.json"
 
@@ -249,9 +251,9 @@ class Store:
         except (KeyError, TypeError, ValueError) as exc:
             raise self._corrupt(path, exc) from None
 
-    def progress_path(self, epoch: int, partition: int, attempt: int) -> Path:
-        """Where a sink task tells its source how far it has written (regionTimeout back-pressure)."""
-        return self._progress / str(epoch) / f"{partition}-{attempt}"
+    def sink_receiving_path(self, epoch: int, partition: int, attempt: int) -> Path:
+        """The marker a sink task leaves on its first rows, starting its source's regionTimeout clock."""
+        return self._receiving / str(epoch) / f"{partition}-{attempt}"
 
     # -- graceful stop -----------------------------------------------------
 
@@ -284,7 +286,7 @@ class Store:
         for epoch in _numbered_files(self._intents):
             if epoch <= epochs[-1]:
                 _unlink(self._intents / _name(epoch))
-        for per_epoch in (*self._cuts.glob("[0-9]*"), *self._progress.glob("[0-9]*")):
+        for per_epoch in (*self._cuts.glob("[0-9]*"), *self._receiving.glob("[0-9]*")):
             if int(per_epoch.name) <= epochs[-1]:
                 shutil.rmtree(per_epoch, ignore_errors=True)
 
