@@ -92,16 +92,9 @@ def test_corrupt_store_record_stops_the_query_and_publishes_nothing(spark, dirs)
         regional.status(ck)
 
 
-def test_source_and_sink_on_different_stores_fail_before_publishing(spark, dirs, tmp_path):
+def test_source_and_sink_on_different_stores_fail_before_any_data_moves(spark, dirs, tmp_path):
     inp, out, ck = dirs
     add_epoch_of_files(inp, ["a"], "001", 3)
-    message = run_until_error(start_to_delta(regional_stream(spark, inp, tmp_path / "other-ck"), out, ck))
-    assert "give readStream the same checkpointLocation as writeStream" in message
-    assert not (out / "_delta_log").exists()
-
-
-def test_source_without_checkpoint_location_says_what_to_add(spark, dirs):
-    inp, out, ck = dirs
-    add_epoch_of_files(inp, ["a"], "001", 3)
-    df = spark.readStream.format("regional").option("source", "files").option("path", str(inp)).load()
-    assert "add .option('checkpointLocation'" in error_of(lambda: start_to_delta(df, out, ck))
+    message = error_of(lambda: start_to_delta(regional_stream(spark, inp, tmp_path / "other-ck"), out, ck))
+    assert "would not share one store. Give checkpointLocation once, on writeStream" in message
+    assert not out.exists() and not (ck / "offsets").exists()

@@ -7,7 +7,7 @@ their last good offset, remembering which epoch they still reference.
 
 from regional.committers import Committer, DeltaCommitter, EpochReport, RegionalCommitter
 from regional.errors import RegionalConfigError, RegionalError, RegionalPlanError, RegionalStoreError
-from regional.session import listener_for, local_spark, register, stop
+from regional.session import listener_for, local_spark, register, shim_state, stop
 from regional.status import QueryStatus, RegionStatus, status
 
 __version__ = "0.1.0"
@@ -26,6 +26,7 @@ __all__ = [
     "listener_for",
     "local_spark",
     "register",
+    "shim_state",
     "status",
     "stop",
 ]

@@ -1,4 +1,4 @@
-"""``python -m regional status <checkpoint>``."""
+"""``python -m regional status <checkpoint>`` and ``python -m regional build-shim``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import argparse
 import sys
 
 from regional.errors import RegionalError
-from regional.status import status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,9 +13,17 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     show = commands.add_parser("status", help="show a query's regions and epochs")
     show.add_argument("checkpoint", help="the query's checkpointLocation")
+    commands.add_parser("build-shim", help="compile the JVM shim into the package (uses pyspark's Scala compiler)")
     args = parser.parse_args(argv)
     try:
-        print(status(args.checkpoint).render())
+        if args.command == "build-shim":
+            from regional.shim import build
+
+            print(f"built {build()}")
+        else:
+            from regional.status import status
+
+            print(status(args.checkpoint).render())
     except RegionalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -35,6 +35,11 @@ class EpochReport:
     rows: dict[str, int] = field(default_factory=dict)  # region -> rows published
 
 
+# The ``region`` that ``prepare`` receives in a query whose plan moves rows between tasks (a repartition):
+# each task then holds rows of many regions, and epochs are all-or-nothing.
+MIXED_REGIONS = "*"
+
+
 @runtime_checkable
 class Committer(Protocol):
     def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Any: ...

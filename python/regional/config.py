@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from regional.errors import RegionalConfigError
 
@@ -65,6 +65,11 @@ class RegionalPolicy:
             region_attempts=parse_int(opts, "regionAttempts", minimum=1),
             retain_epochs=parse_int(opts, "retainEpochs", minimum=1),
         )
+
+
+def policy_for_plan(policy: RegionalPolicy, regional_epochs: bool) -> RegionalPolicy:
+    """A plan that mixes regions between tasks (the JVM shim's check) runs all-or-nothing epochs."""
+    return policy if regional_epochs or not policy.enabled else replace(policy, enabled=False)
 
 
 def _raw(opts: Mapping[str, str], key: str, default: str | None = None) -> str:

@@ -8,8 +8,9 @@ plain functions; the sink's ``commit`` is a thin call into ``commit_epoch``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from regional import failpoints
@@ -18,9 +19,11 @@ from regional.config import RegionalPolicy
 from regional.decision import RegionOutcome, Status, decide
 from regional.errors import RegionalConfigError, RegionalPlanError
 from regional.plan import EpochPlan
-from regional.store import EpochRecord, Intent, Store
+from regional.store import EpochRecord, Intent, Store, TaskFailure
 
 log = logging.getLogger("regional")
+
+FAILURE_RECORD_WAIT_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class TaskReport:
     rows: int = 0
     handle: Any = None  # the committer's staged handle
     reason: str | None = None  # why it failed
+    region_rows: dict[str, int] | None = None  # an all-or-nothing task holding many regions: rows per region
 
 
 def outcomes_from_reports(
@@ -85,6 +89,55 @@ def outcomes_from_reports(
     return outcomes
 
 
+def outcomes_all_or_nothing(plan: EpochPlan, reports: Sequence[TaskReport | None]) -> dict[str, RegionOutcome]:
+    """A query whose plan moves rows between tasks (the JVM shim found a repartition, say): tasks do not
+    match regions, so every region with work completes its whole range when every task wrote, and none does
+    otherwise."""
+    done = all(r is not None and r.status is Status.WRITTEN for r in reports)
+    rows: dict[str, int] = {}
+    for report in reports:
+        for region, n in ((report.region_rows or {}) if report else {}).items():
+            rows[region] = rows.get(region, 0) + n
+    planned = {rr.region for rr in plan.regions if rr.has_work}
+    unknown = sorted(set(rows) - planned)
+    if unknown:
+        raise RegionalPlanError(f"epoch {plan.epoch}: the sink received rows of regions {unknown[:3]} that the "
+                                "source did not plan in this epoch; the region column must be the source's")
+    why = None if done else "a task of this all-or-nothing epoch failed"
+    return {rr.region: RegionOutcome(rr.region, Status.WRITTEN if done else Status.FAILED,
+                                     rr.end if done else rr.start, rows.get(rr.region, 0), why)
+            for rr in plan.regions if rr.has_work}
+
+
+def with_failure_causes(
+    plan: EpochPlan, outcomes: dict[str, RegionOutcome], failures: Mapping[int, Sequence[TaskFailure]],
+) -> dict[str, RegionOutcome]:
+    """Say why a quarantined region's attempts failed, from the JVM shim's failure records
+    (partition i is the plan's region i): for a poisoned UDF, the UDF's exception."""
+    named = dict(outcomes)
+    for i, rr in enumerate(plan.regions):
+        outcome, seen = outcomes.get(rr.region), failures.get(i)
+        if outcome is None or outcome.status is not Status.QUARANTINED or not seen:
+            continue
+        last = seen[-1]
+        reason = (f"quarantined after {len(seen)} failed attempt(s); attempt {last.attempt} on executor "
+                  f"{last.executor}: {last.message}")
+        named[rr.region] = replace(outcome, reason=reason)
+    return named
+
+
+def wait_for_failures(store: Store, epoch: int, partitions: Sequence[int],
+                      timeout_s: float = FAILURE_RECORD_WAIT_S) -> dict[int, list[TaskFailure]]:
+    """The shim's SparkListener runs on Spark's asynchronous listener bus: give its records of these
+    partitions' failed attempts a moment to land."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        failures = store.read_failures(epoch)
+        if all(p in failures for p in partitions) or time.monotonic() >= deadline:
+            return failures
+        time.sleep(0.05)
+
+
 def commit_epoch(
     plan: EpochPlan,
     reports: Sequence[TaskReport | None],
@@ -92,9 +145,12 @@ def commit_epoch(
     committer: Committer,
     policy: RegionalPolicy,
     force_reason: str | None = None,
+    mixed: bool = False,
 ) -> EpochRecord:
     """Phase two of one epoch. Idempotent: a re-run after a crash publishes nothing twice
-    and records what was really published the first time."""
+    and records what was really published the first time.
+
+    ``mixed``: the plan moves rows between tasks, so the epoch is all-or-nothing."""
     epoch = plan.epoch
     staged_now = {r.region or f"#{r.partition}": r.handle
                   for r in reports if r is not None and r.handle is not None}
@@ -115,12 +171,23 @@ def commit_epoch(
     # 1. Decide, or take the decision of an interrupted earlier run of this epoch.
     intent = store.read_intent(epoch)
     if intent is None:
-        outcomes = outcomes_from_reports(plan, reports, cuts=lambda r: store.read_cut(epoch, r.partition, r.attempt))
+        if mixed:
+            outcomes = outcomes_all_or_nothing(plan, reports)
+        else:
+            outcomes = outcomes_from_reports(plan, reports,
+                                             cuts=lambda r: store.read_cut(epoch, r.partition, r.attempt))
+        quarantined = [i for i, rr in enumerate(plan.regions)
+                       if rr.region in outcomes and outcomes[rr.region].status is Status.QUARANTINED]
+        if quarantined and store.read_query_plan() is not None:  # the shim records failed attempts
+            outcomes = with_failure_causes(plan, outcomes, wait_for_failures(store, epoch, quarantined))
         previous = store.latest_record(before=epoch)
         force_reason = force_reason or plan.force_reason
         decision = decide(plan, outcomes, previous.regions if previous else {}, policy, force_reason)
         record = EpochRecord.from_decision(epoch, decision, previous)
-        publish = {r: staged_now[r] for r in decision.committed if r in staged_now}
+        if mixed:  # handles are per task, not per region
+            publish = dict(staged_now) if decision.committed else {}
+        else:
+            publish = {r: staged_now[r] for r in decision.committed if r in staged_now}
         discard = {r: h for r, h in staged_now.items() if r not in publish}
         intent = Intent(record, publish, discard)
         # 2. Write-ahead intent: from here on, this epoch's outcome is fixed.

@@ -43,6 +43,7 @@ class RegionalListener(StreamingQueryListener):
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
         self.metrics: dict[str, QueryMetrics] = {}
+        self._plan_checked: set[str] = set()  # queries (run ids) whose plan check was reported
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         pass
@@ -63,6 +64,7 @@ class RegionalListener(StreamingQueryListener):
         except RegionalError as exc:
             log.error("regional: query %s: %s", progress.id, exc)
             return
+        self._report_plan_check(str(progress.runId), progress.name or str(progress.id), Store(plan.store))
         if record is None:
             return
         oldest = record.oldest_ref_epoch
@@ -74,6 +76,16 @@ class RegionalListener(StreamingQueryListener):
         if plan.final and record.whole:
             # A bounded source is exhausted and everything it held is published: end the query.
             self._stop_later(str(progress.id))
+
+    def _report_plan_check(self, run_id: str, query: str, store: Store) -> None:
+        """Once per run: say that the JVM shim found an operator that turns regional epochs off."""
+        if run_id in self._plan_checked:
+            return
+        self._plan_checked.add(run_id)
+        check = store.read_query_plan()
+        if check is not None and not check.regional_epochs:
+            log.warning("regional: query %s: %s; regional epochs are off, every epoch is all-or-nothing. Remove "
+                        "the %s to get regional epochs back", query, check.reason, check.operator)
 
     def _stop_later(self, query_id: str) -> None:
         def stop() -> None:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from regional import shim
 from regional.config import CONF_PREFIX, RegionalPolicy, merge_options
 from regional.store import Store
 
@@ -25,6 +26,7 @@ log = logging.getLogger("regional")
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
 
 _listeners: dict[int, RegionalListener] = {}  # one per SparkSession
+_shims: dict[int, shim.ShimState] = {}
 
 
 def register(spark: SparkSession) -> None:
@@ -39,6 +41,12 @@ def register(spark: SparkSession) -> None:
 
     _check_python(spark)
     _check_task_retries(spark, policy)
+    state = shim.install(spark)
+    _shims[id(spark)] = state
+    if state.off:
+        pure = "" if state.loaded else " Until then regional runs in pure Python: give readStream the same " \
+                                         "checkpointLocation as writeStream."
+        log.warning("regional: %s. Off: %s.%s", state.advice, ", ".join(state.off), pure)
     source = type("RegionalDataSource", (RegionalDataSource,), {"conf_defaults": conf})
     spark.dataSource.register(source)
     if id(spark) not in _listeners:
@@ -46,6 +54,11 @@ def register(spark: SparkSession) -> None:
 
         _listeners[id(spark)] = RegionalListener(spark)
         spark.streams.addListener(_listeners[id(spark)])
+
+
+def shim_state(spark: SparkSession) -> shim.ShimState | None:
+    """What of the JVM shim ``register`` could load into this session."""
+    return _shims.get(id(spark))
 
 
 def listener_for(spark: SparkSession) -> RegionalListener | None:
@@ -136,22 +149,26 @@ def _check_task_retries(spark: SparkSession, policy: RegionalPolicy) -> None:
 
 def local_spark(master: str = "local[4,4]", app_name: str = "regional",
                 conf: Mapping[str, str] | None = None) -> SparkSession:
-    """A local SparkSession with Delta Lake and this interpreter for Python workers."""
+    """A local SparkSession with Delta Lake, regional's JVM shim and this interpreter for Python workers."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    shim_conf = shim.session_conf()
+    extensions = ["io.delta.sql.DeltaSparkSessionExtension"]
+    if "spark.sql.extensions" in shim_conf:
+        extensions.append(shim_conf.pop("spark.sql.extensions"))
     builder = (
         SparkSession.builder.master(master).appName(app_name)
         .config("spark.jars.packages", DELTA_PACKAGE)
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.extensions", ",".join(extensions))
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     )
-    for key, value in (conf or {}).items():
+    for key, value in {**shim_conf, **(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

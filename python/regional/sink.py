@@ -22,8 +22,8 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from regional.committers import Committer, chain_first, load_committer
-from regional.config import RegionalPolicy, parse_bool
+from regional.committers import MIXED_REGIONS, Committer, chain_first, load_committer
+from regional.config import RegionalPolicy, parse_bool, policy_for_plan
 from regional.decision import Status
 from regional.epoch import TaskReport, commit_epoch
 from regional.errors import RegionalConfigError, RegionalPlanError
@@ -53,9 +53,12 @@ class _Upstream(Exception):
 class SliceGuard:
     """Watches the rows of one task on their way to the committer."""
 
-    def __init__(self, partition: int, keep_region_columns: bool, on_first_rows: Path | None = None) -> None:
+    def __init__(self, partition: int, keep_region_columns: bool, on_first_rows: Path | None = None,
+                 mixed: bool = False) -> None:
         self.partition = partition
         self.keep = keep_region_columns
+        self.mixed = mixed  # an all-or-nothing query whose plan moves rows between tasks
+        self.region_rows: dict[str, int] = {}  # in a mixed task: rows per region
         self.on_first_rows = on_first_rows  # regionTimeout: the marker that starts the source's clock
         self.region: str | None = None
         self.first_offset: int | None = None
@@ -79,6 +82,13 @@ class SliceGuard:
 
     def _check(self, batch: pa.RecordBatch) -> None:
         regions = batch.column("region")
+        if self.mixed:
+            if regions.null_count:
+                raise RegionalPlanError("a row reached the regional sink with a null 'region'")
+            for item in pc.value_counts(regions).to_pylist():
+                self.region_rows[item["values"]] = self.region_rows.get(item["values"], 0) + item["counts"]
+            self.rows += batch.num_rows
+            return
         if self.region is None:
             self.region = regions[0].as_py()
             if self.region is None:
@@ -120,7 +130,10 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
             raise RegionalConfigError("the regional sink needs .option('checkpointLocation', ...) on writeStream")
         self.options = dict(options)
         self.checkpoint = checkpoint
-        self.policy = RegionalPolicy.from_options(options)
+        # The JVM shim's plan check at query start: a plan that mixes regions runs all-or-nothing.
+        plan_check = Store(checkpoint).read_query_plan()
+        self.mixed = plan_check is not None and not plan_check.regional_epochs
+        self.policy = policy_for_plan(RegionalPolicy.from_options(options), not self.mixed)
         self.keep_region_columns = parse_bool(options, "keepRegionColumns", default="false")
         load_committer(options.get("target"), self.options)  # fail at start on a bad target
         # Regional settings given on writeStream also rule the source's tasks (quarantine, timeout).
@@ -139,7 +152,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         marker = None
         if self.policy.enabled and self.policy.region_timeout_s is not None:
             marker = Store(self.checkpoint).sink_receiving_path(epoch, partition, attempt)
-        guard = SliceGuard(partition, self.keep_region_columns, marker)
+        guard = SliceGuard(partition, self.keep_region_columns, marker, self.mixed)
         batches = guard.batches(iterator)
         try:
             first = next(batches, None)
@@ -151,9 +164,10 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
                 reason = f"quarantined: {attempt} attempts failed upstream of the sink"
                 return RegionSliceMessage(TaskReport(partition, attempt, Status.QUARANTINED, reason=reason))
             return RegionSliceMessage(TaskReport(partition, attempt, Status.WRITTEN))
-        assert guard.region is not None
+        label = MIXED_REGIONS if self.mixed else guard.region
+        assert label is not None
         try:
-            handle = self._committer().prepare(epoch, guard.region, chain_first(first, batches))
+            handle = self._committer().prepare(epoch, label, chain_first(first, batches))
             leftover = sum(b.num_rows for b in batches)  # rows the committer did not take
         except _Upstream as up:
             raise up.original from None
@@ -171,7 +185,8 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
                 raise exc
             return self._failed(partition, attempt, guard, exc, epoch, handle)
         return RegionSliceMessage(TaskReport(partition, attempt, Status.WRITTEN, guard.region,
-                                             guard.first_offset, guard.last_offset, guard.rows, handle))
+                                             guard.first_offset, guard.last_offset, guard.rows, handle,
+                                             region_rows=guard.region_rows or None))
 
     def _failed(self, partition: int, attempt: int, guard: SliceGuard, exc: BaseException,
                 epoch: int, handle: Any = None) -> RegionSliceMessage:
@@ -188,7 +203,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         if plan.epoch != batchId:
             raise RegionalPlanError(f"Spark's batch {batchId} carries the regional plan of epoch {plan.epoch}")
         reports = [m.report if isinstance(m, RegionSliceMessage) else None for m in messages]
-        commit_epoch(plan, reports, store, self._committer(), self.policy)
+        commit_epoch(plan, reports, store, self._committer(), self.policy, mixed=self.mixed)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         handles = {f"{m.report.partition}": m.report.handle for m in messages

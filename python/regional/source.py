@@ -24,7 +24,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
-from regional.config import RegionalPolicy, merge_options, parse_optional_int, shared_options
+from regional.config import RegionalPolicy, merge_options, parse_optional_int, policy_for_plan, shared_options
 from regional.errors import RegionalConfigError, RegionalStoreError
 from regional.inputs import SCHEMA_DDL, make_input
 from regional.plan import EpochPlan, RegionCursor, initial_offset, plan_epoch
@@ -77,7 +77,8 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         checkpoint = options.get("checkpointlocation")
         if not checkpoint:
             raise RegionalConfigError(
-                "the regional source needs the query's checkpoint location to find its store: add "
+                "the regional source needs the query's checkpoint location to find its store. With regional's "
+                "JVM shim loaded (see regional.register's warning), it takes writeStream's; without it, add "
                 ".option('checkpointLocation', <the same path as on writeStream>) to readStream"
             )
         self.options = dict(options)
@@ -141,7 +142,8 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         attempt = ctx.attemptNumber() if ctx is not None else 0
         # Settings given on writeStream reach the source through the store.
         options = {**self.options, **self.store.read_sink_options()}
-        policy = RegionalPolicy.from_options(options)
+        plan_check = self.store.read_query_plan()
+        policy = policy_for_plan(RegionalPolicy.from_options(options), plan_check is None or plan_check.regional_epochs)
         if policy.enabled and attempt >= policy.region_attempts:
             # Quarantine: earlier attempts failed upstream of the sink. Read nothing, so that
             # this attempt succeeds and the epoch goes on without the region.

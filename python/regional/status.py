@@ -46,7 +46,9 @@ class QueryStatus:
                 lines.append(f"  {region:<{width}}  {s.committed_offset:>10}  {ref:>9}  "
                              f"{s.consecutive_failures:>8}  {s.state}{why}")
         if epochs:
-            lines.extend(f"  {describe(e)}" for e in self.epochs)
+            for e in self.epochs:
+                lines.append(f"  {describe(e)}")
+                lines.extend(f"      {r}: {f.reason}" for r, f in sorted(e.fallen_back.items()))
         return "\n".join(lines)
 
 

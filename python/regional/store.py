@@ -13,6 +13,12 @@ Layout (every file written atomically: a hidden temporary file, fsync, rename):
     final-epoch-request.json
                            a graceful stop asks for a final global epoch
     sink-options.json      regional settings given on writeStream, for the source's tasks
+    referenced-epochs      the live ref_epochs, one per line: the JVM shim keeps Spark's
+                           offsets/N and commits/N of these through Spark's log purge
+    query-plan.json        written by the JVM shim at query start: whether the plan
+                           between source and sink allows regional epochs
+    failures/<epoch>/<partition>-<attempt>.json
+                           written by the JVM shim: why a task attempt failed
 
 Region ids live only inside the JSON, never in a path. Files whose names start
 with ``.`` are torn temporaries from a crash and are ignored.
@@ -51,6 +57,26 @@ def local_path(location: str) -> Path:
             "regional stores its metadata with local file operations: use a local or mounted path"
         )
     return Path(os.path.abspath(location))
+
+
+@dataclass(frozen=True)
+class QueryPlanCheck:
+    """The JVM shim's verdict on the operators between the regional source and sink."""
+
+    regional_epochs: bool
+    operator: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskFailure:
+    """A failed task attempt, as the JVM shim's SparkListener saw it."""
+
+    partition: int
+    attempt: int
+    executor: str
+    exception_class: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -176,6 +202,9 @@ class Store:
         self._receiving = self.root / "receiving"
         self._sink_options = self.root / "sink-options.json"
         self._final_request = self.root / "final-epoch-request.json"
+        self._referenced = self.root / "referenced-epochs"
+        self._query_plan = self.root / "query-plan.json"
+        self._failures = self.root / "failures"
 
     def __repr__(self) -> str:
         return f"Store({str(self.checkpoint)!r})"
@@ -210,7 +239,17 @@ class Store:
         return [r for e in self.epochs() if (r := self.read_record(e)) is not None]
 
     def write_record(self, record: EpochRecord) -> None:
+        # The references first: once the record exists, Spark's purge must already see them.
+        referenced = sorted({s.ref_epoch for s in record.regions.values() if s.ref_epoch is not None} - {-1})
+        _atomic_write(self._referenced, "".join(f"{e}\n" for e in referenced))
         _atomic_write_json(self._epochs / _name(record.epoch), record.to_json())
+
+    def referenced_epochs(self) -> list[int]:
+        """The epochs whose Spark offset-log entries the JVM shim keeps (see ``write_record``)."""
+        try:
+            return [int(line) for line in self._referenced.read_text(encoding="utf-8").split()]
+        except FileNotFoundError:
+            return []
 
     # -- intents -----------------------------------------------------------
 
@@ -234,6 +273,31 @@ class Store:
 
     def read_sink_options(self) -> dict[str, str]:
         return {str(k): str(v) for k, v in (self._read_json(self._sink_options) or {}).items()}
+
+    # -- written by the JVM shim ------------------------------------------------
+
+    def read_query_plan(self) -> QueryPlanCheck | None:
+        """The shim's plan check of the current run; None without the shim."""
+        data = self._read_json(self._query_plan)
+        if data is None:
+            return None
+        return QueryPlanCheck(bool(data.get("regional_epochs", True)), data.get("operator"), data.get("reason"))
+
+    def read_failures(self, epoch: int) -> dict[int, list[TaskFailure]]:
+        """Failed task attempts of ``epoch`` by partition, oldest attempt first."""
+        failures: dict[int, list[TaskFailure]] = {}
+        directory = self._failures / str(epoch)
+        for path in sorted(directory.glob("[0-9]*-[0-9]*.json")) if directory.is_dir() else ():
+            data = self._read_json(path)
+            if data is None:
+                continue
+            try:
+                failure = TaskFailure(int(data["partition"]), int(data["attempt"]), str(data.get("executor", "")),
+                                      str(data.get("exception_class", "")), str(data.get("message", "")))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise self._corrupt(path, exc) from None
+            failures.setdefault(failure.partition, []).append(failure)
+        return {p: sorted(fs, key=lambda f: f.attempt) for p, fs in failures.items()}
 
     # -- regionTimeout cuts ---------------------------------------------------
 
@@ -286,7 +350,8 @@ class Store:
         for epoch in _numbered_files(self._intents):
             if epoch <= epochs[-1]:
                 _unlink(self._intents / _name(epoch))
-        for per_epoch in (*self._cuts.glob("[0-9]*"), *self._receiving.glob("[0-9]*")):
+        for per_epoch in (*self._cuts.glob("[0-9]*"), *self._receiving.glob("[0-9]*"),
+                          *self._failures.glob("[0-9]*")):
             if int(per_epoch.name) <= epochs[-1]:
                 shutil.rmtree(per_epoch, ignore_errors=True)
 
@@ -331,10 +396,14 @@ def _numbered_files(directory: Path) -> list[int]:
 
 
 def _atomic_write_json(path: Path, data: Mapping[str, Any]) -> None:
+    _atomic_write(path, json.dumps(data, separators=(",", ":")))
+
+
+def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, separators=(",", ":"))
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

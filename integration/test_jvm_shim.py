@@ -1,0 +1,143 @@
+"""The JVM shim in a real session: offset-log keep-alive, plan checks, one checkpoint location."""
+
+from __future__ import annotations
+
+import logging
+import time
+import zipfile
+
+import pytest
+from pyspark.sql import functions as F
+
+import regional
+from integration.helpers import (
+    add_epoch_of_files,
+    assert_exactly_once_in_order,
+    expected_rows,
+    merge,
+    regional_stream,
+    start_to_delta,
+    wait_for_epochs,
+)
+from regional import shim
+
+REGIONS = ["a", "b", "c", "d"]
+FLAKY = "python:integration.faults:FlakyDelta"
+
+
+def test_the_session_has_every_shim_feature(spark):
+    state = regional.shim_state(spark)
+    assert state is not None and state.loaded and state.off == [], state
+
+
+def test_the_shim_builds_from_its_sources(tmp_path):
+    jar = shim.build(out=tmp_path / "shim.jar")
+    names = set(zipfile.ZipFile(jar).namelist())
+    for cls in ("RegionalShim", "RegionalCheckpointFileManager", "FailureListener", "RegionalExtensions"):
+        assert f"io/regional/shim/{cls}.class" in names
+
+
+def test_checkpoint_location_given_only_on_write_stream(spark, dirs, tmp_path):
+    inp, out, ck = dirs
+    down = tmp_path / "down"
+    down.touch()
+    inputs = add_epoch_of_files(inp, REGIONS, "001", 5)
+    df = spark.readStream.format("regional").option("source", "files").option("path", str(inp)).load()
+    query = start_to_delta(df, out, ck, target=FLAKY, failRegion="b", failWhileExists=str(down))
+    try:
+        wait_for_epochs(query, ck, 1)
+        assert regional.status(ck).epochs[-1].kind == "regional"
+        assert set(regional.status(ck).epochs[-1].fallen_back) == {"b"}
+        down.unlink()
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert regional.status(ck).regional_epochs >= 1
+    assert_exactly_once_in_order(out, expected_rows(inputs), spark)
+
+
+def test_a_stateful_operator_is_refused_before_any_data_moves(spark, dirs):
+    inp, out, ck = dirs
+    add_epoch_of_files(inp, REGIONS, "001", 3)
+    df = regional_stream(spark, inp, ck).dropDuplicates(["value"])
+    with pytest.raises(Exception) as err:
+        start_to_delta(df, out, ck)
+    message = str(err.value)
+    assert "stateful operator (Deduplicate)" in message and "dropDuplicates" in message
+    assert "Move the stateful step after the regional sink" in message
+    assert not out.exists() and not (ck / "offsets").exists()
+
+
+def test_a_repartition_runs_all_or_nothing_epochs_and_warns_once(spark, dirs, caplog):
+    inp, out, ck = dirs
+    first = add_epoch_of_files(inp, REGIONS, "001", 6)
+    df = regional_stream(spark, inp, ck).repartition(2)
+    with caplog.at_level(logging.WARNING, logger="regional"):
+        query = start_to_delta(df, out, ck)
+        try:
+            query.processAllAvailable()
+            second = add_epoch_of_files(inp, REGIONS, "002", 4)
+            query.processAllAvailable()
+            time.sleep(1.0)  # the listener's progress callbacks are asynchronous
+        finally:
+            query.stop()
+    warnings = [r.getMessage() for r in caplog.records if "regional epochs are off" in r.getMessage()]
+    assert len(warnings) == 1 and "repartition(2)" in warnings[0], warnings
+    epochs = regional.status(ck).epochs
+    assert len(epochs) == 2 and all(e.kind == "global" and not e.fallen_back for e in epochs)
+    assert {r: s.rows for r, s in epochs[0].committed.items()} == dict.fromkeys(REGIONS, 6)
+    assert_exactly_once_in_order(out, expected_rows(merge(first, second)), spark)
+
+
+def test_a_broadcast_join_with_a_static_table_stays_regional(spark, dirs, tmp_path):
+    inp, out, ck = dirs
+    down = tmp_path / "down"
+    down.touch()
+    inputs = add_epoch_of_files(inp, REGIONS, "001", 5)
+    names = spark.createDataFrame([(r, f"region {r}") for r in REGIONS], "region string, label string")
+    df = regional_stream(spark, inp, ck).join(F.broadcast(names), "region")
+    query = start_to_delta(df, out, ck, target=FLAKY, failRegion="c", failWhileExists=str(down))
+    try:
+        wait_for_epochs(query, ck, 1)
+        assert set(regional.status(ck).epochs[-1].fallen_back) == {"c"}
+        down.unlink()
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert regional.status(ck).regional_epochs >= 1
+    assert_exactly_once_in_order(out, expected_rows(inputs), spark)
+
+
+def test_the_offset_log_keeps_a_referenced_epoch_through_the_purge(spark, dirs, tmp_path):
+    inp, out, ck = dirs
+    down = tmp_path / "down"
+    spark.conf.set("spark.sql.streaming.minBatchesToRetain", "3")
+    try:
+        inputs = add_epoch_of_files(inp, REGIONS, "001", 2)
+        query = start_to_delta(regional_stream(spark, inp, ck, maxRecordsPerRegion="2"), out, ck, target=FLAKY,
+                               failRegion="b", failWhileExists=str(down), maxConsecutiveFailures="100")
+        try:
+            query.processAllAvailable()  # epoch 0: every region committed; b's ref_epoch will be 0
+            down.touch()
+            inputs = merge(inputs, add_epoch_of_files(inp, REGIONS, "002", 30))
+            wait_for_epochs(query, ck, 14)  # b fell back in epochs 1..13 while the others moved on
+            fallen = regional.status(ck)
+            assert fallen.regions["b"].ref_epoch == 0 and fallen.epochs[-1].epoch >= 13
+            logs = {d: sorted(int(p.name) for p in (ck / d).iterdir() if p.name.isdigit())
+                    for d in ("offsets", "commits")}
+            for d, kept in logs.items():
+                assert kept[0] == 0, f"{d}/0 was purged while region b references epoch 0: {kept}"
+                assert 1 not in kept, f"Spark's purge did not run on {d}: {kept}"
+            down.unlink()
+            query.processAllAvailable()  # b catches up; a few more epochs pass
+            assert regional.status(ck).regions["b"].ref_epoch is None
+            deadline = time.monotonic() + 60
+            while (ck / "offsets" / "0").exists() and time.monotonic() < deadline:
+                inputs = merge(inputs, add_epoch_of_files(inp, REGIONS, f"x{time.monotonic_ns()}", 1))
+                query.processAllAvailable()
+            assert not (ck / "offsets" / "0").exists() and not (ck / "commits" / "0").exists()
+        finally:
+            query.stop()
+    finally:
+        spark.conf.unset("spark.sql.streaming.minBatchesToRetain")
+    assert_exactly_once_in_order(out, expected_rows(inputs), spark)

@@ -1,0 +1,117 @@
+package io.regional.shim
+
+import java.nio.charset.StandardCharsets
+import java.nio.file.{Files, Paths, StandardCopyOption}
+import java.util.UUID
+import java.util.concurrent.ConcurrentHashMap
+
+import scala.jdk.CollectionConverters._
+import scala.util.control.NonFatal
+
+import org.apache.hadoop.fs.Path
+import org.apache.spark.sql.SparkSession
+import org.slf4j.LoggerFactory
+
+/** Entry point for Python (`regional.register` calls `install`) and what the other parts share:
+  * the version switch, the query -> checkpoint lookup, and writes into the regional store. */
+object RegionalShim {
+  val Version = "0.1.0"
+
+  /** Spark lines this jar is compiled against. Spark 4.1 moved the streaming internals it touches
+    * (`execution.streaming.runtime`, `.checkpointing`), so other versions are refused, not guessed. */
+  val SupportedSparkLines: Seq[String] = Seq("4.2")
+
+  val FileManagerConf = "spark.sql.streaming.checkpointFileManagerClass"
+  val StoreDir = "regional"
+
+  private val log = LoggerFactory.getLogger("regional")
+  private val sessions = ConcurrentHashMap.newKeySet[SparkSession]()
+  @volatile private var listener: Option[(AnyRef, FailureListener)] = None // (SparkContext, listener)
+
+  def supports(sparkVersion: String): Boolean =
+    SupportedSparkLines.exists(line => sparkVersion == line || sparkVersion.startsWith(line + "."))
+
+  def checkVersion(sparkVersion: String): Unit = if (!supports(sparkVersion)) {
+    throw new UnsupportedOperationException(
+      s"regional's JVM shim $Version supports Spark ${SupportedSparkLines.mkString(", ")}.x, and this is Spark " +
+        s"$sparkVersion (Spark 4.1 moved the streaming internals the shim hooks). Install the pyspark version " +
+        "regional pins, or drop the shim jar from spark.jars to run regional in pure Python")
+  }
+
+  /** Hooks the shim into a running session: the failure listener, and the offset-log keep-alive when no
+    * other checkpoint file manager is configured. Returns the file manager class in effect. */
+  def install(session: SparkSession): String = synchronized {
+    checkVersion(org.apache.spark.SPARK_VERSION)
+    sessions.add(session)
+    val sc = session.sparkContext
+    if (!listener.exists(_._1 eq sc)) {
+      val l = new FailureListener()
+      sc.addSparkListener(l)
+      listener = Some((sc, l))
+    }
+    val ours = classOf[RegionalCheckpointFileManager].getName
+    session.conf.getOption(FileManagerConf) match {
+      case None => session.conf.set(FileManagerConf, ours); ours
+      case Some(other) => other
+    }
+  }
+
+  /** The resolved checkpoint root of a running query of an installed session. */
+  def checkpointRoot(queryId: String): Option[String] = {
+    val id = try UUID.fromString(queryId) catch { case _: IllegalArgumentException => return None }
+    sessions.asScala.iterator.flatMap { s =>
+      try {
+        Option(s.streams.get(id)).map { wrapper =>
+          // StreamingQueryWrapper.streamingQuery.resolvedCheckpointRoot: internal, hence reflection
+          val execution = wrapper.getClass.getMethod("streamingQuery").invoke(wrapper)
+          execution.getClass.getMethod("resolvedCheckpointRoot").invoke(execution).asInstanceOf[String]
+        }
+      } catch { case NonFatal(_) => None }
+    }.nextOption()
+  }
+
+  /** `<checkpoint>/regional` as a local directory, if the checkpoint is local (the store is local-only). */
+  def storeDir(checkpointRoot: String): Option[java.nio.file.Path] = {
+    val uri = new Path(checkpointRoot).toUri
+    if (uri.getScheme == null) Some(Paths.get(uri.getPath, StoreDir))
+    else if (uri.getScheme == "file") Some(Paths.get(uri.getPath, StoreDir))
+    else None
+  }
+
+  /** Writes `relative` under the store atomically (temporary file, then rename), as the Python store does. */
+  def writeStoreFile(store: java.nio.file.Path, relative: String, content: String): Unit = {
+    val target = store.resolve(relative)
+    Files.createDirectories(target.getParent)
+    val tmp = target.getParent.resolve(s".${target.getFileName}.${UUID.randomUUID()}.tmp")
+    Files.write(tmp, content.getBytes(StandardCharsets.UTF_8))
+    Files.move(tmp, target, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING)
+  }
+
+  def warn(message: String): Unit = log.warn(message)
+
+  def json(fields: (String, Any)*): String = fields.map { case (k, v) => s"${quote(k)}: ${value(v)}" }
+    .mkString("{", ", ", "}")
+
+  private def value(v: Any): String = v match {
+    case null | None => "null"
+    case Some(x) => value(x)
+    case b: Boolean => b.toString
+    case n: Int => n.toString
+    case n: Long => n.toString
+    case s => quote(s.toString)
+  }
+
+  private def quote(s: String): String = {
+    val b = new StringBuilder("\"")
+    s.foreach {
+      case '"' => b.append("\\\"")
+      case '\\' => b.append("\\\\")
+      case '\n' => b.append("\\n")
+      case '\r' => b.append("\\r")
+      case '\t' => b.append("\\t")
+      case c if c < ' ' => b.append(f"\\u${c.toInt}%04x")
+      case c => b.append(c)
+    }
+    b.append('"').toString
+  }
+}

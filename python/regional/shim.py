@@ -1,0 +1,146 @@
+"""The JVM shim (``jvm-shim/``): building its jar, and loading it into a session.
+
+The jar ships inside the package (``regional/jars/regional-shim.jar``), built
+from the Scala sources with the Scala compiler that pyspark itself ships::
+
+    python -m regional build-shim
+
+What it adds, and what is off without it (``register`` says which):
+
+- keep-alive of Spark's ``offsets/N`` and ``commits/N`` while a ref_epoch is N
+  (a checkpoint file manager, ``spark.sql.streaming.checkpointFileManagerClass``);
+- failure causes of task attempts in the epoch records (a SparkListener);
+- plan checks at query start, and ``checkpointLocation`` given once, on
+  writeStream (``spark.sql.extensions``, which Spark reads only when a session starts).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from regional.errors import RegionalConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("regional")
+
+SHIM_JAR = Path(__file__).parent / "jars" / "regional-shim.jar"
+SHIM_SOURCES = Path(__file__).resolve().parents[2] / "jvm-shim" / "src" / "main" / "scala"
+EXTENSION = "io.regional.shim.RegionalExtensions"
+FILE_MANAGER = "io.regional.shim.RegionalCheckpointFileManager"
+# Spark lines the shim is compiled against; RegionalShim.SupportedSparkLines says the same on the JVM side.
+SUPPORTED_SPARK_LINES = ("4.2",)
+
+FEATURES = {
+    "keep_alive": "offset-log keep-alive of referenced epochs",
+    "failure_causes": "failure causes in epoch records",
+    "plan_checks": "plan checks at query start",
+    "one_checkpoint": "checkpointLocation given only on writeStream",
+}
+
+
+def check_spark_version(version: str) -> None:
+    """The version switch: refuse a Spark the shim was not built for, with what to do."""
+    if any(version == line or version.startswith(line + ".") for line in SUPPORTED_SPARK_LINES):
+        return
+    moved = " (Spark 4.1 moved the streaming internals the shim hooks between packages)"
+    raise RegionalConfigError(
+        f"regional's JVM shim supports Spark {', '.join(SUPPORTED_SPARK_LINES)}.x and this session runs Spark "
+        f"{version}{moved}. Install the pyspark that regional pins (see setup.cfg), or start the session "
+        "without the shim jar in spark.jars to run regional in pure Python"
+    )
+
+
+def pyspark_jars() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def build(out: Path = SHIM_JAR, sources: Path = SHIM_SOURCES) -> Path:
+    """Compile the shim with pyspark's bundled Scala 2.13 compiler, against pyspark's jars."""
+    scala_files = sorted(sources.rglob("*.scala"))
+    if not scala_files:
+        raise RegionalConfigError(f"no Scala sources under {sources}: build the shim from a clone of regional")
+    jars = pyspark_jars()
+    compiler = [next(jars.glob(f"{name}-2.13.*.jar"), None) for name in ("scala-compiler", "scala-library",
+                                                                        "scala-reflect")]
+    if any(c is None for c in compiler):
+        raise RegionalConfigError(f"pyspark's jars at {jars} lack the Scala 2.13 compiler; build with Maven instead "
+                                  "(see jvm-shim/README.md)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+        jar = Path(tmp) / out.name
+        command = ["java", "-cp", os.pathsep.join(map(str, compiler)), "scala.tools.nsc.Main",
+                   "-classpath", str(jars / "*"), "-d", str(jar), *map(str, scala_files)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0 or not jar.exists():
+            raise RegionalConfigError(f"building the JVM shim failed:\n{result.stdout}{result.stderr}")
+        os.replace(jar, out)
+    return out
+
+
+def ensure_built() -> Path | None:
+    """The shim jar, rebuilt when its sources are newer; None when neither jar nor sources exist."""
+    sources = sorted(SHIM_SOURCES.rglob("*.scala")) if SHIM_SOURCES.is_dir() else []
+    if SHIM_JAR.exists() and all(s.stat().st_mtime <= SHIM_JAR.stat().st_mtime for s in sources):
+        return SHIM_JAR
+    if sources:
+        return build()
+    return None
+
+
+@dataclass(frozen=True)
+class ShimState:
+    """What of the shim a session has: ``on`` lists the features in effect."""
+
+    loaded: bool
+    on: frozenset[str]
+    advice: str | None  # what to set, when something is off
+
+    @property
+    def off(self) -> list[str]:
+        return [FEATURES[f] for f in FEATURES if f not in self.on]
+
+
+def session_conf() -> dict[str, str]:
+    """The conf a session needs, at start, for the whole shim."""
+    jar = ensure_built()
+    if jar is None:
+        return {}
+    return {"spark.jars": str(jar), "spark.sql.extensions": EXTENSION}
+
+
+def install(spark: SparkSession) -> ShimState:
+    """Load the shim into ``spark`` as far as this session allows; never fails a session without it."""
+    from py4j.java_gateway import JavaClass
+
+    start_conf = (f".config('spark.jars', '{SHIM_JAR}') and "
+                  f".config('spark.sql.extensions', '{EXTENSION}') (next to any other extensions)")
+    shim = spark._jvm.io.regional.shim.RegionalShim  # type: ignore[union-attr]
+    if not isinstance(shim, JavaClass):
+        return ShimState(False, frozenset(), f"the JVM shim is not on the driver's classpath; start the session with "
+                                             f"{start_conf}, or use regional.local_spark()")
+    check_spark_version(spark.version)
+    on = {"failure_causes"}
+    advice = []
+    manager = shim.install(spark._jsparkSession)
+    if manager == FILE_MANAGER:
+        on.add("keep_alive")
+    else:
+        advice.append(f"spark.sql.streaming.checkpointFileManagerClass is {manager}, so Spark's offset-log purge "
+                      "may delete entries a ref_epoch still needs")
+    extensions = [e.strip() for e in (spark.conf.get("spark.sql.extensions", "") or "").split(",")]
+    if EXTENSION in extensions:
+        on |= {"plan_checks", "one_checkpoint"}
+    else:
+        advice.append(f"spark.sql.extensions lacks {EXTENSION}; Spark reads it only when a session starts: "
+                      f"start the session with {start_conf}")
+    return ShimState(True, frozenset(on), "; ".join(advice) or None)
