@@ -141,3 +141,13 @@ def test_the_offset_log_keeps_a_referenced_epoch_through_the_purge(spark, dirs, 
     finally:
         spark.conf.unset("spark.sql.streaming.minBatchesToRetain")
     assert_exactly_once_in_order(out, expected_rows(inputs), spark)
+
+
+def test_a_stock_delta_stream_runs_untouched_beside_the_shim(spark, dirs):
+    inp, out, ck = dirs
+    add_epoch_of_files(inp, ["a", "b"], "001", 3)
+    query = (spark.readStream.format("text").load(str(inp / "*" / "*.txt")).writeStream.format("delta")
+             .option("checkpointLocation", str(ck)).trigger(availableNow=True).start(str(out)))
+    query.awaitTermination()
+    assert sorted(r.value for r in spark.read.format("delta").load(str(out)).collect()) == sorted(
+        f"{r}-001-{i}" for r in "ab" for i in range(3))
