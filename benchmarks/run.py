@@ -191,6 +191,7 @@ class Sampler:
         self.count, self.interval = count, interval
         self.samples: list[tuple[float, int]] = []
         self.t0 = time.perf_counter()
+        self.window = (0.0, 0.0)  # the failure window, in seconds since t0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -229,13 +230,12 @@ def run_regional_window(spark, inp: Path, d: Path, mode: Mode, fail: bool) -> Sa
     sampler = Sampler(lambda: healthy_committed(d / "ck"))
     try:
         _wait_until(lambda: healthy_committed(d / "ck") > 0, 120)
-        sampler.window = (sampler.samples[-1][0] if sampler.samples else 0.0, 0.0)  # type: ignore[attr-defined]
         if fail:
             marker.touch()
         start = time.perf_counter() - sampler.t0
         time.sleep(mode.window_s)
         marker.unlink(missing_ok=True)
-        sampler.window = (start, time.perf_counter() - sampler.t0)  # type: ignore[attr-defined]
+        sampler.window = (start, time.perf_counter() - sampler.t0)
         time.sleep(3)
     finally:
         query.stop()
@@ -277,7 +277,7 @@ def run_stock_window(spark, inp: Path, d: Path, mode: Mode, fail: bool) -> tuple
                 query = start()
             time.sleep(0.2)
         Path(marker).unlink(missing_ok=True)
-        sampler.window = (window_start, time.perf_counter() - sampler.t0)  # type: ignore[attr-defined]
+        sampler.window = (window_start, time.perf_counter() - sampler.t0)
         if not query.isActive:
             query = start()
         time.sleep(3)
@@ -310,7 +310,7 @@ def scenario_2(spark, work: Path, mode: Mode, inp: Path, png: Path) -> list[Row]
                 "in the window, as a share of fault-free", f"{stock_ratio:.2f}", f"{reg_ratio:.2f}",
                 f"{reg_ratio:.2f}x", ">= 0.9x fault-free", "yes" if reg_ratio >= 0.9 else "no",
                 [f"healthy rows/s fault-free / in the window: regional {spread(reg_free)} / {spread(reg_fail)}, "
-                 f"stock {spread(stock_free)} / {spread(stock_fail)} (stock restarted {restarts} times "
+                 f"stock {spread(stock_free)} / {spread(stock_fail)} (stock restarted {spread(restarts)} times "
                  "by the supervisor loop)"])]
 
 
@@ -323,9 +323,9 @@ def draw_scenario_2(reg: Sampler, stock: Sampler, png: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for sampler, label, color in ((reg, "regional (15 healthy regions)", "tab:blue"),
                                   (stock, "stock Spark + supervisor restarts (all rows)", "tab:red")):
-        t0 = sampler.window[0]  # type: ignore[attr-defined]
+        t0 = sampler.window[0]
         ax.plot([t - t0 for t, _ in sampler.samples], [n for _, n in sampler.samples], label=label, color=color)
-    ax.axvspan(0, reg.window[1] - reg.window[0], color="grey", alpha=0.2,  # type: ignore[attr-defined]
+    ax.axvspan(0, reg.window[1] - reg.window[0], color="grey", alpha=0.2,
                label=f"region {FAILING}'s target down")
     ax.set_xlabel("seconds since the failure began")
     ax.set_ylabel("committed rows")

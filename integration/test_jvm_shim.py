@@ -25,6 +25,19 @@ REGIONS = ["a", "b", "c", "d"]
 FLAKY = "python:integration.faults:FlakyDelta"
 
 
+def run_regional_epoch_then_heal(query, ck, down, region: str) -> None:
+    """With ``region``'s target down, the first epoch must be regional; then heal it and drain the query."""
+    try:
+        wait_for_epochs(query, ck, 1)
+        assert regional.status(ck).epochs[-1].kind == "regional"
+        assert set(regional.status(ck).epochs[-1].fallen_back) == {region}
+        down.unlink()
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert regional.status(ck).regional_epochs >= 1
+
+
 def test_the_session_has_every_shim_feature(spark):
     state = regional.shim_state(spark)
     assert state is not None and state.loaded and state.off == [], state
@@ -44,15 +57,7 @@ def test_checkpoint_location_given_only_on_write_stream(spark, dirs, tmp_path):
     inputs = add_epoch_of_files(inp, REGIONS, "001", 5)
     df = spark.readStream.format("regional").option("source", "files").option("path", str(inp)).load()
     query = start_to_delta(df, out, ck, target=FLAKY, failRegion="b", failWhileExists=str(down))
-    try:
-        wait_for_epochs(query, ck, 1)
-        assert regional.status(ck).epochs[-1].kind == "regional"
-        assert set(regional.status(ck).epochs[-1].fallen_back) == {"b"}
-        down.unlink()
-        query.processAllAvailable()
-    finally:
-        query.stop()
-    assert regional.status(ck).regional_epochs >= 1
+    run_regional_epoch_then_heal(query, ck, down, "b")
     assert_exactly_once_in_order(out, expected_rows(inputs), spark)
 
 
@@ -97,14 +102,7 @@ def test_a_broadcast_join_with_a_static_table_stays_regional(spark, dirs, tmp_pa
     names = spark.createDataFrame([(r, f"region {r}") for r in REGIONS], "region string, label string")
     df = regional_stream(spark, inp, ck).join(F.broadcast(names), "region")
     query = start_to_delta(df, out, ck, target=FLAKY, failRegion="c", failWhileExists=str(down))
-    try:
-        wait_for_epochs(query, ck, 1)
-        assert set(regional.status(ck).epochs[-1].fallen_back) == {"c"}
-        down.unlink()
-        query.processAllAvailable()
-    finally:
-        query.stop()
-    assert regional.status(ck).regional_epochs >= 1
+    run_regional_epoch_then_heal(query, ck, down, "c")
     assert_exactly_once_in_order(out, expected_rows(inputs), spark)
 
 

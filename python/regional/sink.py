@@ -131,8 +131,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         self.options = dict(options)
         self.checkpoint = checkpoint
         # The JVM shim's plan check at query start: a plan that mixes regions runs all-or-nothing.
-        plan_check = Store(checkpoint).read_query_plan()
-        self.mixed = plan_check is not None and not plan_check.regional_epochs
+        self.mixed = not Store(checkpoint).plan_allows_regional_epochs()
         self.policy = policy_for_plan(RegionalPolicy.from_options(options), not self.mixed)
         self.keep_region_columns = parse_bool(options, "keepRegionColumns", default="false")
         load_committer(options.get("target"), self.options)  # fail at start on a bad target

@@ -142,8 +142,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         attempt = ctx.attemptNumber() if ctx is not None else 0
         # Settings given on writeStream reach the source through the store.
         options = {**self.options, **self.store.read_sink_options()}
-        plan_check = self.store.read_query_plan()
-        policy = policy_for_plan(RegionalPolicy.from_options(options), plan_check is None or plan_check.regional_epochs)
+        policy = policy_for_plan(RegionalPolicy.from_options(options), self.store.plan_allows_regional_epochs())
         if policy.enabled and attempt >= policy.region_attempts:
             # Quarantine: earlier attempts failed upstream of the sink. Read nothing, so that
             # this attempt succeeds and the epoch goes on without the region.

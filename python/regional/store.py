@@ -283,6 +283,11 @@ class Store:
             return None
         return QueryPlanCheck(bool(data.get("regional_epochs", True)), data.get("operator"), data.get("reason"))
 
+    def plan_allows_regional_epochs(self) -> bool:
+        """False when the shim found an operator that mixes regions between tasks (all-or-nothing epochs)."""
+        check = self.read_query_plan()
+        return check is None or check.regional_epochs
+
     def read_failures(self, epoch: int) -> dict[int, list[TaskFailure]]:
         """Failed task attempts of ``epoch`` by partition, oldest attempt first."""
         failures: dict[int, list[TaskFailure]] = {}

@@ -73,9 +73,7 @@ object RegionalShim {
   /** `<checkpoint>/regional` as a local directory, if the checkpoint is local (the store is local-only). */
   def storeDir(checkpointRoot: String): Option[java.nio.file.Path] = {
     val uri = new Path(checkpointRoot).toUri
-    if (uri.getScheme == null) Some(Paths.get(uri.getPath, StoreDir))
-    else if (uri.getScheme == "file") Some(Paths.get(uri.getPath, StoreDir))
-    else None
+    if (uri.getScheme == null || uri.getScheme == "file") Some(Paths.get(uri.getPath, StoreDir)) else None
   }
 
   /** Writes `relative` under the store atomically (temporary file, then rename), as the Python store does. */
