@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-
 from regional.committers import DeltaCommitter, chain_first
 
 

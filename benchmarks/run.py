@@ -499,6 +499,7 @@ def scenario_5(work: Path, mode: Mode) -> list[Row]:
     from regional.decision import Status
     from regional.epoch import TaskReport, commit_epoch
     from regional.plan import RegionCursor, plan_epoch
+
     from regional.store import Store
 
     timings = {}

@@ -13,14 +13,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from regional.committers import DeltaCommitter
+from regional.targets.delta import DeltaTarget
 
 
 def _epochs(text: str) -> set[int]:
     return {int(x) for x in text.split(",") if x.strip()}
 
 
-class FlakyDelta(DeltaCommitter):
+class FlakyDelta(DeltaTarget):
     """The real Delta committer, whose ``prepare`` raises for ``failRegion`` in the epochs
     listed by ``failEpochs``, or while the file ``failWhileExists`` exists."""
 

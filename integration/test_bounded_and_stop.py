@@ -16,7 +16,7 @@ from integration.helpers import (
     start_to_delta,
     wait_for_epochs,
 )
-from regional.inputs import generated_value
+from regional.inputs.generator import generated_value
 
 REGIONS = ["a", "b", "c", "d"]
 FLAKY = "python:integration.faults:FlakyDelta"

@@ -1,125 +1,145 @@
-"""The driver side of the epoch protocol, over a real store on disk and an in-memory target."""
+"""Phase two on the driver (commit_epoch) over a real store on disk and a target kept in memory."""
+
+from dataclasses import replace
 
 import pytest
 
-from regional.config import RegionalPolicy
-from regional.decision import EpochKind, RegionState, Status
-from regional.epoch import TaskReport, commit_epoch
-from regional.errors import RegionalConfigError, RegionalPlanError
-from regional.plan import RegionCursor, plan_epoch
-from regional.store import Store
-
-
-class MemoryTarget:
-    """A target that keeps published rows in memory and refuses to publish an epoch twice."""
-
-    def __init__(self):
-        self.published: dict[int, dict] = {}
-        self.aborted: list = []
-        self.fail_commit = False
-
-    def prepare(self, epoch, region, batches):
-        raise AssertionError("not used here")
-
-    def commit(self, epoch, handles):
-        if self.fail_commit:
-            raise RuntimeError("target down")
-        if epoch in self.published:
-            return  # idempotent
-        self.published[epoch] = dict(handles)
-
-    def abort(self, epoch, handles):
-        self.aborted.append((epoch, dict(handles)))
-
-
-def reports_for(plan, failing=(), attempt=0):
-    out = []
-    for i, r in enumerate(plan.regions):
-        if r.region in failing:
-            out.append(TaskReport(i, attempt, Status.FAILED, r.region, r.start, r.end - 1, 0, None, "boom"))
-        elif r.has_work:
-            out.append(TaskReport(i, attempt, Status.WRITTEN, r.region, r.start, r.end - 1, r.end - r.start,
-                                  f"{r.region}@{r.start}-{r.end}#{attempt}"))
-        else:
-            out.append(TaskReport(i, attempt, Status.WRITTEN))
-    return out
-
-
-def next_plan(store, epoch, available):
-    cursors = {r: RegionCursor(s.committed_offset, s.current_epoch) for r, s in store.region_states().items()}
-    return plan_epoch(epoch, str(store.checkpoint), cursors, available)
+from regional.errors import RegionalConfigError, RegionalPlanError, RegionalStoreError
+from regional.protocol.epoch import Status, commit_epoch, outcomes_from_tasks, plan_epoch
+from regional.protocol.settings import Settings
+from regional.store import EpochKind, Standing, Store
+from support import MemoryTarget, tasks_for
 
 
 @pytest.fixture
 def store(tmp_path):
-    return Store(tmp_path)
+    s = Store(tmp_path)
+    s.open_query()
+    return s
+
+
+def next_plan(store, epoch, available, settings=None):
+    return plan_epoch(epoch, store.query_id(), str(store.checkpoint), store.region_states(), available,
+                      settings or Settings())
 
 
 def test_failing_region_falls_back_then_catches_up(store):
-    target, policy = MemoryTarget(), RegionalPolicy()
+    target = MemoryTarget()
     plan0 = next_plan(store, 0, {"a": 5, "b": 5})
-    rec0 = commit_epoch(plan0, reports_for(plan0, failing={"b"}), store, target, policy)
-    assert rec0.kind is EpochKind.REGIONAL and target.published[0] == {"a": "a@0-5#0"}
+    rec0 = commit_epoch(plan0, tasks_for(plan0, failing={"b"}), store, target)
+    assert rec0.kind is EpochKind.REGIONAL and target.commits[0] == {"a": "a@0-5#0"}
     assert rec0.fallen_back["b"].ref_epoch == -1
     plan1 = next_plan(store, 1, {"a": 8, "b": 7})
     assert [(r.start, r.end) for r in plan1.regions] == [(5, 8), (0, 7)]  # b re-reads from 0
-    rec1 = commit_epoch(plan1, reports_for(plan1), store, target, policy)
-    assert rec1.kind is EpochKind.GLOBAL and target.published[1] == {"a": "a@5-8#0", "b": "b@0-7#0"}
+    rec1 = commit_epoch(plan1, tasks_for(plan1), store, target)
+    assert rec1.kind is EpochKind.GLOBAL and target.commits[1] == {"a": "a@5-8#0", "b": "b@0-7#0"}
     assert store.region_states()["b"].committed_offset == 7
 
 
-def test_rerun_after_a_crash_before_publishing_publishes_the_first_decision(store, monkeypatch):
-    target, policy = MemoryTarget(), RegionalPolicy()
+def test_rerun_after_a_crash_before_publishing_publishes_the_first_decision(store):
+    target = MemoryTarget()
     plan = next_plan(store, 0, {"a": 5, "b": 5})
     target.fail_commit = True  # the driver dies in phase two, after the intent
     with pytest.raises(RuntimeError):
-        commit_epoch(plan, reports_for(plan, failing={"b"}), store, target, policy)
+        commit_epoch(plan, tasks_for(plan, failing={"b"}), store, target)
     assert store.read_intent(0) is not None and store.read_record(0) is None
     target.fail_commit = False
     # the re-run's tasks fail differently: now a fails and b succeeds
-    rec = commit_epoch(plan, reports_for(plan, failing={"a"}, attempt=1), store, target, policy)
-    assert target.published == {0: {"a": "a@0-5#0"}}  # what the first run decided
+    rec = commit_epoch(plan, tasks_for(plan, failing={"a"}, attempt=1), store, target)
+    assert target.commits == {0: {"a": "a@0-5#0"}}  # what the first run decided
     assert set(rec.committed) == {"a"} and set(rec.fallen_back) == {"b"}
     assert (0, {"rerun:b": "b@0-5#1"}) in target.aborted  # the re-run's staging is discarded
     assert store.read_intent(0) is None  # pruned once recorded
 
 
 def test_rerun_after_the_record_publishes_nothing_again(store):
-    target, policy = MemoryTarget(), RegionalPolicy()
+    target = MemoryTarget()
     plan = next_plan(store, 0, {"a": 5})
-    first = commit_epoch(plan, reports_for(plan), store, target, policy)
-    target.published.clear()
-    again = commit_epoch(plan, reports_for(plan, attempt=1), store, target, policy)
-    assert again == first and target.published == {}
+    first = commit_epoch(plan, tasks_for(plan), store, target)
+    target.commits.clear()
+    again = commit_epoch(plan, tasks_for(plan, attempt=1), store, target)
+    assert again == first and target.commits == {}
     assert target.aborted[-1] == (0, {"a": "a@0-5#1"})
 
 
+def test_an_intent_lost_after_publishing_is_an_error_not_a_new_decision(store):
+    target = MemoryTarget()
+    plan = next_plan(store, 0, {"a": 5})
+    target.commits[0] = {"a": "published before a crash"}  # the target has epoch 0; the store lost its intent
+    with pytest.raises(RegionalStoreError, match="already published in the target"):
+        commit_epoch(plan, tasks_for(plan), store, target)
+    assert store.epochs() == []
+
+
 def test_tiers_through_the_store(store):
-    target, policy = MemoryTarget(), RegionalPolicy(max_consecutive_failures=2)
+    target, settings = MemoryTarget(), Settings(max_consecutive_failures=2)
     kinds = []
     for epoch in range(5):
-        plan = next_plan(store, epoch, {"a": 10 * (epoch + 1), "b": 10})
-        kinds.append(commit_epoch(plan, reports_for(plan, failing={"b"}), store, target, policy).kind)
-    assert kinds == [EpochKind.REGIONAL, EpochKind.REGIONAL, EpochKind.ABORTED,
-                     EpochKind.REGIONAL, EpochKind.REGIONAL]
-    assert 2 not in target.published
-    assert store.region_states()["b"].state is RegionState.FALLEN_BACK
+        plan = next_plan(store, epoch, {"a": 10 * (epoch + 1), "b": 10}, settings)
+        kinds.append(commit_epoch(plan, tasks_for(plan, failing={"b"}), store, target).kind)
+    assert kinds == [EpochKind.REGIONAL, EpochKind.REGIONAL, EpochKind.ABORTED, EpochKind.REGIONAL,
+                     EpochKind.REGIONAL]
+    assert 2 not in target.commits
+    assert store.region_states()["b"].state is Standing.FALLEN_BACK
 
 
-def test_a_store_mismatch_publishes_nothing(store, tmp_path):
+def test_a_plan_of_another_query_publishes_nothing(store):
     target = MemoryTarget()
-    plan = plan_epoch(0, str(tmp_path / "elsewhere"), {}, {"a": 5})
-    with pytest.raises(RegionalConfigError, match="same checkpointLocation"):
-        commit_epoch(plan, reports_for(plan), store, target, RegionalPolicy())
-    assert target.published == {} and target.aborted
+    plan = replace(next_plan(store, 0, {"a": 5}), query_id="11111111-1111-4111-8111-111111111111")
+    with pytest.raises(RegionalStoreError, match="store belongs to query"):
+        commit_epoch(plan, tasks_for(plan), store, target)
+    assert target.commits == {} and target.aborted
 
 
-def test_reports_that_do_not_match_the_plan_are_refused(store):
+def test_outcomes_that_do_not_add_up_fall_back_and_never_commit(store):
+    plan = next_plan(store, 0, dict.fromkeys("abcdef", 10), Settings(max_failure_ratio=1.0))
+    good = tasks_for(plan)
+    tasks = [
+        good[0],
+        None,  # b: no message at all
+        replace(good[2], query_id="11111111-1111-4111-8111-111111111111"),  # c: a receipt of another query
+        replace(good[3], start=3),  # d: read from elsewhere
+        replace(good[4], end=11, last_offset=9),  # e: claims past its range
+        replace(good[5], status=Status.MISSING, reason="no finished read receipt"),  # f
+    ]
+    outcomes = outcomes_from_tasks(plan, tasks)
+    assert outcomes["a"].status is Status.WRITTEN
+    assert {r for r, o in outcomes.items() if o.status is Status.MISSING} == set("bcdef")
+    record = commit_epoch(plan, tasks, store, MemoryTarget())
+    assert set(record.committed) == {"a"} and set(record.fallen_back) == set("bcdef")
+    assert all(record.regions[r].committed_offset == 0 for r in "bcdef")
+
+
+def test_rows_of_another_region_or_outside_what_was_read_fail_clearly(store):
     plan = next_plan(store, 0, {"a": 5, "b": 5})
-    reports = reports_for(plan)
+    tasks = tasks_for(plan)
     with pytest.raises(RegionalPlanError, match="2 planned regions"):
-        commit_epoch(plan, reports[:1], store, MemoryTarget(), RegionalPolicy())
-    swapped = [TaskReport(0, 0, Status.WRITTEN, "b", 0, 4, 5, "h"), reports[1]]
+        commit_epoch(plan, tasks[:1], store, MemoryTarget())
     with pytest.raises(RegionalPlanError, match="shuffle"):
-        commit_epoch(plan, swapped, store, MemoryTarget(), RegionalPolicy())
+        commit_epoch(plan, [replace(tasks[0], region="b"), tasks[1]], store, MemoryTarget())
+    with pytest.raises(RegionalPlanError, match="outside what its source read"):
+        commit_epoch(plan, [replace(tasks[0], end=3), tasks[1]], store, MemoryTarget())
     assert store.epochs() == []
+
+
+def test_a_cut_publishes_the_prefix_and_the_rest_moves_on(store):
+    target = MemoryTarget()
+    plan = next_plan(store, 0, {"a": 100})
+    record = commit_epoch(plan, tasks_for(plan, cut={"a": 40}), store, target)
+    assert record.kind is EpochKind.GLOBAL and record.committed["a"].end == 40
+    assert [(r.start, r.end) for r in next_plan(store, 1, {"a": 100}).regions] == [(40, 100)]
+
+
+def test_handles_must_be_json(store):
+    target = MemoryTarget()
+    plan = next_plan(store, 0, {"a": 5})
+    tasks = [replace(tasks_for(plan)[0], handle=object())]
+    with pytest.raises(RegionalConfigError, match="JSON-serialisable"):
+        commit_epoch(plan, tasks, store, target)
+    assert target.commits == {} and store.read_intent(0) is None and target.aborted
+
+
+def test_a_quarantined_outcome_without_rows_falls_back_as_quarantined(store):
+    plan = next_plan(store, 0, {"a": 5, "b": 5, "c": 5})
+    record = commit_epoch(plan, tasks_for(plan, quarantined={"c"}), store, MemoryTarget())
+    assert record.fallen_back["c"].quarantined and record.regions["c"].state is Standing.QUARANTINED

@@ -1,60 +1,60 @@
+"""Planning: ranges from committed offsets, only regions with work, read limits."""
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from regional.errors import RegionalStoreError
-from regional.plan import EpochPlan, RegionCursor, plan_epoch
+from regional.protocol.epoch import EpochPlan, plan_epoch, share_read_limit
+from regional.protocol.settings import Settings
+from regional.store.model import RegionState, Standing
+from support import QUERY
 
 
-def test_each_range_starts_at_the_committed_offset_not_the_previous_end():
-    cursors = {"a": RegionCursor(10, 4), "b": RegionCursor(3, 1)}  # b fell back at epoch 2, 3, 4
-    plan = plan_epoch(5, "/ck", cursors, {"a": 12, "b": 20})
-    assert [(r.region, r.start, r.end, r.ref_epoch) for r in plan.regions] == [
-        ("a", 10, 12, 4), ("b", 3, 20, 1)]
+def plan(states, available, **kw):
+    return plan_epoch(kw.pop("epoch", 3), QUERY, "/ck", states, available, Settings(), **kw)
 
 
-def test_every_known_region_gets_a_range_in_sorted_order_even_when_empty():
-    plan = plan_epoch(2, "/ck", {"z": RegionCursor(5, 1), "m": RegionCursor(0, None)}, {"a": 4, "m": 0})
-    assert [r.region for r in plan.regions] == ["a", "m", "z"]
-    assert [(r.start, r.end) for r in plan.regions] == [(0, 4), (0, 0), (5, 5)]
-    assert plan.has_work
+def test_ranges_start_at_the_committed_offset_and_only_regions_with_work_are_planned():
+    states = {"a": RegionState(5, 2), "b": RegionState(3, 1, 1, Standing.FALLEN_BACK, "down"),
+              "idle": RegionState(7, 0)}
+    p = plan(states, {"a": 9, "b": 8, "idle": 7, "new": 2})
+    assert [(r.region, r.start, r.end, r.ref_epoch) for r in p.regions] == [
+        ("a", 5, 9, None), ("b", 3, 8, 1), ("new", 0, 2, None)]
 
 
-def test_admission_control_caps_each_region():
-    plan = plan_epoch(0, "/ck", {"a": RegionCursor(100, 0)}, {"a": 1000, "b": 5}, max_records_per_region=50)
-    assert [(r.start, r.end) for r in plan.regions] == [(100, 150), (0, 5)]
+def test_a_thousand_known_regions_with_ten_active_plan_ten_partitions():
+    states = {f"r{i:04d}": RegionState(10, 0) for i in range(1000)}
+    available = {r: 10 for r in states} | {f"r{i:04d}": 12 for i in range(0, 1000, 100)}
+    assert len(plan(states, available).regions) == 10
 
 
-def test_nothing_new_means_no_work():
-    plan = plan_epoch(3, "/ck", {"a": RegionCursor(7, 2)}, {"a": 7})
-    assert not plan.has_work
+def test_per_region_and_total_read_limits():
+    p = plan({}, {"a": 100, "b": 100, "c": 3}, max_per_region=10)
+    assert [(r.start, r.end) for r in p.regions] == [(0, 10), (0, 10), (0, 3)]
+    p = plan({}, {"a": 100, "b": 100, "c": 3}, max_total=20)
+    assert {r.region: r.end - r.start for r in p.regions} == {"a": 8, "b": 9, "c": 3}
 
 
-def test_a_shrinking_input_is_refused():
+def test_a_shrinking_input_is_an_error_not_a_silent_reread():
     with pytest.raises(RegionalStoreError, match="append-only"):
-        plan_epoch(1, "/ck", {"a": RegionCursor(10, 0)}, {"a": 4})
+        plan({"a": RegionState(10, 1)}, {"a": 4})
 
 
-def test_plan_round_trips_through_the_offset_json_spark_logs():
-    plan = plan_epoch(9, "/ck", {"a": RegionCursor(1, 8), "b/../c": RegionCursor(0, None)}, {"a": 3, "b/../c": 2})
-    assert EpochPlan.from_offset(plan.to_offset()) == plan
-    assert list(plan.to_offset()["regions"]) == ["a", "b/../c"]
+def test_the_plan_round_trips_through_the_offset_log_and_knows_when_it_is_final():
+    p = plan({"a": RegionState(5, 2)}, {"a": 9, "b": 4}, ends={"a": 9, "b": 4}, force_reason="stop")
+    assert p.final and EpochPlan.from_offset(p.to_offset()) == p
+    assert not plan({}, {"a": 9}, ends={"a": 10}).final
+    with pytest.raises(RegionalStoreError, match="not written by this version"):
+        EpochPlan.from_offset({"epoch": 1, "regions": {"a": {"start": 0}}})
 
 
-def test_a_foreign_offset_is_a_clear_error():
-    with pytest.raises(RegionalStoreError, match="not written by the regional source"):
-        EpochPlan.from_offset({"logOffset": 3})
-
-
-def test_a_plan_is_final_only_when_it_reaches_the_bounded_inputs_end():
-    cursors = {"a": RegionCursor(0, None), "b": RegionCursor(0, None)}
-    growing = plan_epoch(0, "/ck", cursors, {"a": 10, "b": 10}, ends={"a": 30, "b": 30})
-    assert not growing.final  # what is available now is not the end yet
-    capped = plan_epoch(2, "/ck", cursors, {"a": 30, "b": 30}, max_records_per_region=20, ends={"a": 30, "b": 30})
-    assert not capped.final
-    last = plan_epoch(3, "/ck", {"a": RegionCursor(20, 2), "b": RegionCursor(20, 2)}, {"a": 30, "b": 30},
-                      ends={"a": 30, "b": 30})
-    assert last.final and not plan_epoch(3, "/ck", cursors, {"a": 30, "b": 30}).final  # unbounded: never
-
-
-def test_a_forced_global_request_travels_in_the_plan():
-    plan = plan_epoch(4, "/ck", {}, {"a": 3}, force_reason="a graceful stop asked for a final global epoch")
-    assert EpochPlan.from_offset(plan.to_offset()).force_reason == plan.force_reason
+@given(st.dictionaries(st.text("abcdef", min_size=1, max_size=3), st.integers(0, 1000), max_size=12),
+       st.integers(0, 3000), st.integers(0, 50))
+def test_a_total_limit_is_shared_without_exceeding_any_backlog_or_the_total(backlogs, total, rotate):
+    shares = share_read_limit(backlogs, total, rotate)
+    assert set(shares) == set(backlogs)
+    assert all(0 <= shares[r] <= backlogs[r] for r in backlogs)
+    assert sum(shares.values()) == min(total, sum(backlogs.values()))
+    fair = total // len(backlogs) if backlogs else 0
+    assert all(shares[r] >= min(backlogs[r], fair) for r in backlogs)  # max-min fair: nobody starves

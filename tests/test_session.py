@@ -1,5 +1,5 @@
-from regional.config import RegionalPolicy
-from regional.session import retries_warning, task_max_failures
+from regional.protocol.settings import Settings
+from regional.spark.session import retries_warning, task_max_failures
 
 
 def test_task_attempts_from_the_master_and_conf():
@@ -11,9 +11,9 @@ def test_task_attempts_from_the_master_and_conf():
 
 
 def test_register_warns_in_one_line_when_there_is_no_room_to_quarantine():
-    policy = RegionalPolicy(region_attempts=2)
+    policy = Settings(region_attempts=2)
     warning = retries_warning("local[4]", None, policy)
     assert warning and "\n" not in warning and "local[N,3]" in warning and "maxFailures to at least 3" in warning
     assert retries_warning("local[4,2]", None, policy) is not None  # attempts 0, 1: none left to quarantine
     assert retries_warning("local[4,3]", None, policy) is None
-    assert retries_warning("local[4]", None, RegionalPolicy(enabled=False)) is None
+    assert retries_warning("local[4]", None, Settings(enabled=False)) is None

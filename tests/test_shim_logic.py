@@ -1,32 +1,24 @@
 """The Python half of the JVM shim's features, without Spark: what the shim writes into the store and
 how the driver uses it (failure causes, all-or-nothing epochs, referenced epochs, the version switch)."""
 
-import json
-
 import pytest
 
-from regional.config import RegionalPolicy, policy_for_plan
-from regional.decision import EpochKind, RegionOutcome, RegionRecord, RegionState, Status
-from regional.epoch import TaskReport, commit_epoch, outcomes_all_or_nothing, with_failure_causes
 from regional.errors import RegionalConfigError, RegionalPlanError
-from regional.plan import plan_epoch
-from regional.shim import FEATURES, ShimState, check_spark_version
-from regional.source import RegionalStreamReader
-from regional.store import EpochRecord, Store, TaskFailure
-
-
-class MemoryTarget:
-    def __init__(self):
-        self.published = {}
-
-    def prepare(self, epoch, region, batches):
-        raise AssertionError("not used here")
-
-    def commit(self, epoch, handles):
-        self.published.setdefault(epoch, dict(handles))
-
-    def abort(self, epoch, handles):
-        pass
+from regional.protocol.epoch import (
+    RegionOutcome,
+    Status,
+    TaskOutcome,
+    commit_epoch,
+    outcomes_all_or_nothing,
+    plan_epoch,
+    with_failure_causes,
+)
+from regional.protocol.settings import Settings
+from regional.spark.reader import RegionalStreamReader
+from regional.spark.shim import FEATURES, ShimState, check_spark_version
+from regional.store import EpochKind, EpochRecord, RegionState, Standing, Store, files
+from regional.store.model import TaskFailure
+from support import QUERY, MemoryTarget
 
 
 def test_the_version_switch_refuses_other_spark_lines():
@@ -44,7 +36,7 @@ def test_shim_state_lists_what_is_off():
 
 
 def test_a_quarantined_region_gets_the_cause_of_its_last_failed_attempt():
-    plan = plan_epoch(3, "/ck", {}, {"a": 5, "b": 5})
+    plan = plan_epoch(3, QUERY, "/ck", {}, {"a": 5, "b": 5}, Settings())
     outcomes = {"a": RegionOutcome("a", Status.WRITTEN, 5, 5),
                 "b": RegionOutcome("b", Status.QUARANTINED, 0, reason="quarantined")}
     failures = {1: [TaskFailure(1, 0, "driver", "org.apache.spark.api.python.PythonException", "ValueError: bad 1"),
@@ -56,63 +48,56 @@ def test_a_quarantined_region_gets_the_cause_of_its_last_failed_attempt():
 
 
 def test_an_all_or_nothing_epoch_commits_every_region_or_none():
-    plan = plan_epoch(0, "/ck", {}, {"a": 4, "b": 2, "c": 0})
-    mixed = [TaskReport(0, 0, Status.WRITTEN, rows=3, handle="h0", region_rows={"a": 2, "b": 1}),
-             TaskReport(1, 0, Status.WRITTEN, rows=3, handle="h1", region_rows={"a": 2, "b": 1})]
+    plan = plan_epoch(0, QUERY, "/ck", {}, {"a": 4, "b": 2, "c": 0}, Settings(enabled=False))
+    mixed = [TaskOutcome(0, 0, Status.WRITTEN, rows=3, handle="h0", region_rows={"a": 2, "b": 1}),
+             TaskOutcome(1, 0, Status.WRITTEN, rows=3, handle="h1", region_rows={"a": 2, "b": 1})]
     done = outcomes_all_or_nothing(plan, mixed)
     assert {r: (o.status, o.end, o.rows) for r, o in done.items()} == {
         "a": (Status.WRITTEN, 4, 4), "b": (Status.WRITTEN, 2, 2)}
     failed = outcomes_all_or_nothing(plan, [mixed[0], None])
     assert {o.status for o in failed.values()} == {Status.FAILED} and failed["a"].end == 0
     with pytest.raises(RegionalPlanError, match="did not plan"):
-        outcomes_all_or_nothing(plan, [TaskReport(0, 0, Status.WRITTEN, rows=1, region_rows={"zz": 1})])
+        outcomes_all_or_nothing(plan, [TaskOutcome(0, 0, Status.WRITTEN, rows=1, region_rows={"zz": 1})])
 
 
 def test_a_mixed_epoch_publishes_every_task_handle_once(tmp_path):
     store, target = Store(tmp_path), MemoryTarget()
-    plan = plan_epoch(0, str(store.checkpoint), {}, {"a": 4, "b": 2})
-    reports = [TaskReport(0, 0, Status.WRITTEN, rows=3, handle="h0", region_rows={"a": 2, "b": 1}),
-               TaskReport(1, 0, Status.WRITTEN, rows=3, handle="h1", region_rows={"a": 2, "b": 1})]
-    policy = policy_for_plan(RegionalPolicy(), regional_epochs=False)
-    record = commit_epoch(plan, reports, store, target, policy, mixed=True)
-    assert record.kind is EpochKind.GLOBAL and target.published == {0: {"#0": "h0", "#1": "h1"}}
+    plan = plan_epoch(0, store.open_query(), str(store.checkpoint), {}, {"a": 4, "b": 2}, Settings(enabled=False))
+    reports = [TaskOutcome(0, 0, Status.WRITTEN, rows=3, handle="h0", region_rows={"a": 2, "b": 1}),
+               TaskOutcome(1, 0, Status.WRITTEN, rows=3, handle="h1", region_rows={"a": 2, "b": 1})]
+    record = commit_epoch(plan, reports, store, target, mixed=True)
+    assert record.kind is EpochKind.GLOBAL and target.commits == {0: {"#0": "h0", "#1": "h1"}}
     assert {r: s.committed_offset for r, s in record.regions.items()} == {"a": 4, "b": 2}
-
-
-def test_policy_for_plan_turns_regional_epochs_off_only_for_a_mixing_plan():
-    assert policy_for_plan(RegionalPolicy(), regional_epochs=True).enabled
-    assert not policy_for_plan(RegionalPolicy(), regional_epochs=False).enabled
 
 
 def test_the_store_lists_referenced_epochs_for_the_shim(tmp_path):
     store = Store(tmp_path)
-    regions = {"a": RegionRecord(5, 7), "b": RegionRecord(3, 4, 2, RegionState.FALLEN_BACK, "down"),
-               "c": RegionRecord(0, None, 1, RegionState.QUARANTINED, "poison")}  # ref_epoch -1: nothing to keep
+    regions = {"a": RegionState(5, 7), "b": RegionState(3, 4, 2, Standing.FALLEN_BACK, "down"),
+               "c": RegionState(0, None, 1, Standing.QUARANTINED, "poison")}  # ref_epoch -1: nothing to keep
     store.write_record(EpochRecord(8, EpochKind.REGIONAL, {}, {}, regions))
-    assert (tmp_path / "regional" / "referenced-epochs").read_text() == "4\n"
+    assert (tmp_path / "regional" / "referenced-epochs").read_text().splitlines()[1] == "[4]"
     assert store.referenced_epochs() == [4]
-    store.write_record(EpochRecord(9, EpochKind.GLOBAL, {}, {}, {"a": RegionRecord(5, 9)}))
+    store.write_record(EpochRecord(9, EpochKind.GLOBAL, {}, {}, {"a": RegionState(5, 9)}))
     assert store.referenced_epochs() == []
 
 
 def test_the_store_reads_what_the_shim_writes(tmp_path):
     store = Store(tmp_path)
     assert store.read_query_plan() is None and store.read_failures(2) == {}
-    (tmp_path / "regional").mkdir()
-    (tmp_path / "regional" / "query-plan.json").write_text(json.dumps(
-        {"version": 1, "regional_epochs": False, "operator": "Repartition", "reason": "repartition(2) mixes"}))
+    # the JVM shim writes these (RegionalShim.writeStoreFile), in the store's file format
+    files.write(tmp_path / "regional" / "query-plan.json", "query-plan",
+                {"regional_epochs": False, "operator": "Repartition", "reason": "repartition(2) mixes"})
     check = store.read_query_plan()
     assert check is not None and not check.regional_epochs and check.operator == "Repartition"
     failures = tmp_path / "regional" / "failures" / "2"
-    failures.mkdir(parents=True)
     for attempt in (1, 0):
-        (failures / f"3-{attempt}.json").write_text(json.dumps(
-            {"partition": 3, "attempt": attempt, "executor": "driver", "exception_class": "X",
-             "message": f"m{attempt}"}))
+        files.write(failures / f"3-{attempt}.json", "failure",
+                    {"partition": 3, "attempt": attempt, "executor": "driver", "exception_class": "X",
+                     "message": f"m{attempt}"})
     (failures / ".3-2.json.tmp").write_text("{torn")
     assert [f.message for f in store.read_failures(2)[3]] == ["m0", "m1"]
 
 
 def test_a_source_without_the_shim_or_a_checkpoint_says_what_to_add():
     with pytest.raises(RegionalConfigError, match=r"add \.option\('checkpointLocation'"):
-        RegionalStreamReader({"source": "files", "path": "/in"})
+        RegionalStreamReader({}, {"source": "files", "path": "/in"})

@@ -1,82 +1,194 @@
-import json
+"""The store: versioned, checksummed files; every kind of damage is a clear error and publishes nothing."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
 
 import pytest
 
-from regional.decision import EpochKind, RegionRecord, RegionState
 from regional.errors import RegionalConfigError, RegionalStoreError
-from regional.store import EpochRecord, FallBack, Intent, Slice, Store, local_path
+from regional.protocol.epoch import commit_epoch, plan_epoch
+from regional.protocol.settings import Settings
+from regional.spark.reader import RegionalStreamReader
+from regional.store import EpochKind, EpochRecord, FallBack, Intent, RegionState, Slice, Standing, Store, files
+from support import MemoryTarget, tasks_for
 
 
-def record(epoch, regions, kind=EpochKind.GLOBAL, fallen=None):
-    return EpochRecord(epoch, kind, {"a": Slice(0, 5, 5)}, fallen or {}, regions)
+def record(epoch, regions, kind=EpochKind.GLOBAL, committed=None, fallen=None):
+    return EpochRecord(epoch, kind, committed or {}, fallen or {}, regions)
 
 
 def test_records_round_trip_and_the_newest_is_the_state(tmp_path):
     store = Store(tmp_path)
-    store.write_record(record(0, {"a": RegionRecord(5, 0)}))
-    fallen = {"b": FallBack(0, "boom")}
-    r1 = record(1, {"a": RegionRecord(9, 1), "b": RegionRecord(0, 0, 1, RegionState.FALLEN_BACK, "boom")},
-                EpochKind.REGIONAL, fallen)
+    r0 = record(0, {"a": RegionState(5, 0), "b/../x": RegionState(3, 0)}, committed={"a": Slice(0, 5, 5)})
+    r1 = record(1, {"a": RegionState(5, 0, 1, Standing.FALLEN_BACK, "down"), "b/../x": RegionState(9, 1)},
+                EpochKind.REGIONAL, {"b/../x": Slice(3, 9, 6)}, {"a": FallBack(0, "down")})
+    store.write_record(r0)
     store.write_record(r1)
-    assert store.epochs() == [0, 1]
-    assert store.read_record(1) == r1
-    assert store.region_states()["a"].committed_offset == 9
-    assert store.region_states(before=1)["a"].committed_offset == 5
-    assert store.latest_record(before=0) is None
+    assert store.read_record(0) == r0 and store.latest_record() == r1 and store.latest_record(before=1) == r0
+    assert sorted(p.name for p in (tmp_path / "regional" / "epochs").iterdir()) == [
+        "000000000000.json", "000000000001.json"]  # region ids never become paths
+    assert store.referenced_epochs() == [0]
+
+
+def test_the_query_id_is_created_once_and_kept(tmp_path):
+    store = Store(tmp_path)
+    assert store.query_id() is None
+    first = store.open_query()
+    assert Store(tmp_path).open_query() == first and Store(tmp_path / "other").open_query() != first
+
+
+def test_epochs_without_a_query_id_are_a_damaged_store_not_a_new_query(tmp_path):
+    store = Store(tmp_path)
+    store.open_query()
+    store.write_record(record(0, {"a": RegionState(5, 0)}))
+    (tmp_path / "regional" / "query.json").unlink()
+    with pytest.raises(RegionalStoreError, match=r"no query\.json"):
+        store.open_query()
 
 
 def test_a_torn_temporary_file_is_ignored(tmp_path):
     store = Store(tmp_path)
-    store.write_record(record(0, {"a": RegionRecord(5, 0)}))
-    (store.root / "epochs" / ".000000000001.json.abc.tmp").write_text('{"epoch": 1, "ki')
+    store.write_record(record(0, {"a": RegionState(5, 0)}))
+    (tmp_path / "regional" / "epochs" / ".000000000001.json.abc.tmp").write_text("regional epoch v1 sha")
     assert store.epochs() == [0]
-    assert store.latest_record().epoch == 0
 
 
-def test_a_corrupt_record_is_refused_with_a_clear_error(tmp_path):
+def test_intents_round_trip_with_json_handles(tmp_path):
     store = Store(tmp_path)
-    store.write_record(record(0, {"a": RegionRecord(5, 0)}))
-    (store.root / "epochs" / "000000000001.json").write_text('{"epoch": 1, "ki')
-    with pytest.raises(RegionalStoreError, match=r"000000000001\.json is corrupt.*new checkpointLocation"):
-        store.latest_record()
-    (store.root / "epochs" / "000000000001.json").write_text(json.dumps({"version": 1, "epoch": 1}))
-    with pytest.raises(RegionalStoreError, match="corrupt"):
-        store.latest_record()
-
-
-def test_intents_round_trip_with_their_handles(tmp_path):
-    store = Store(tmp_path)
-    intent = Intent(record(3, {"a": RegionRecord(5, 3)}), {"a": {"file": "x.parquet"}}, {"b": ("y", 2)})
+    intent = Intent(record(3, {"a": RegionState(5, 3)}), {"a": {"name": "f.parquet", "rows": 5}}, {"b": None})
     store.write_intent(3, intent)
     assert store.read_intent(3) == intent
-    assert store.read_intent(4) is None
+    assert b"pickle" not in (tmp_path / "regional" / "intents" / "000000000003.json").read_bytes()
 
 
 def test_prune_keeps_the_newest_and_every_referenced_epoch(tmp_path):
     store = Store(tmp_path)
     for e in range(10):
-        # region b fell back at epoch 2 and still references it
-        b = RegionRecord(3, 2, e - 2, RegionState.FALLEN_BACK) if e > 2 else RegionRecord(3, e)
-        store.write_record(record(e, {"a": RegionRecord(e, e), "b": b}))
-        store.write_intent(e, Intent(record(e, {}), {}))
-    store.prune(retain_epochs=3)
+        a = RegionState(e, 2, 1, Standing.FALLEN_BACK, "x") if e >= 3 else RegionState(e, e)
+        store.write_record(record(e, {"a": a}))
+        store.write_intent(e, Intent(record(e, {"a": a}), {}))
+    store.prune(3)
     assert store.epochs() == [2, 7, 8, 9]
-    assert not list((store.root / "intents").iterdir())
+    assert list((tmp_path / "regional" / "intents").glob("*.json")) == []
 
 
-def test_only_local_checkpoints(tmp_path):
-    assert local_path(f"file://{tmp_path}") == tmp_path
-    assert local_path(f"file:{tmp_path}") == tmp_path
-    with pytest.raises(RegionalConfigError, match="local"):
-        local_path("s3://bucket/ck")
+def test_only_local_checkpoints():
+    with pytest.raises(RegionalConfigError, match="local file system"):
+        Store("s3://bucket/ck")
 
 
 def test_a_stop_request_counts_only_for_the_run_that_made_it(tmp_path):
-    import time
-
     store = Store(tmp_path)
-    store.request_final_epoch(after_epoch=3)
-    assert store.final_epoch_requested_since(time.time() - 60)
-    assert not store.final_epoch_requested_since(time.time() + 1)  # a later run: stale, ignored
+    started = time.time()
+    store.request_final_epoch(3)
+    assert store.final_epoch_requested_since(started)
+    assert not store.final_epoch_requested_since(time.time() + 10)
     store.clear_final_epoch_request()
     assert not store.final_epoch_requested_since(0)
+
+
+# -- damage, per store file kind ---------------------------------------------------------------
+
+
+def truncate(path: Path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 2 // 3])
+
+
+def flip_bit(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    newline = data.index(b"\n")
+    data[newline + 1 + (len(data) - newline - 2) // 2] ^= 0x04  # inside the JSON, e.g. a digit of an offset
+    path.write_bytes(bytes(data))
+
+
+def future_version(path: Path) -> None:
+    header, rest = path.read_bytes().split(b"\n", 1)
+    path.write_bytes(header.replace(b" v1 ", b" v9 ") + b"\n" + rest)
+
+
+DAMAGE = {"truncated": (truncate, "corrupt"), "bit-flipped": (flip_bit, "checksum"),
+          "future version": (future_version, "format v9")}
+
+
+def a_running_store(tmp_path: Path) -> tuple[Store, MemoryTarget]:
+    """Epoch 0 recorded, epoch 1 decided (intent written) but not published: a crash in phase two."""
+    store, target = Store(tmp_path), MemoryTarget()
+    store.open_query()
+    store.record_write_options("run", {"regionAttempts": "3"})
+    store.request_final_epoch(0)
+    plan0 = plan_epoch(0, store.query_id(), str(tmp_path), {}, {"a": 5, "b": 5}, Settings())
+    commit_epoch(plan0, tasks_for(plan0, failing={"b"}), store, target)
+    plan1 = plan_epoch(1, store.query_id(), str(tmp_path), store.region_states(), {"a": 9, "b": 9}, Settings())
+    target.fail_commit = True
+    with pytest.raises(RuntimeError):
+        commit_epoch(plan1, tasks_for(plan1), store, target)
+    target.fail_commit = False
+    return store, target
+
+
+def rerun_epoch_1(store: Store, target: MemoryTarget) -> None:
+    plan1 = plan_epoch(1, store.query_id() or "", str(store.checkpoint), store.region_states(before=1),
+                       {"a": 9, "b": 9}, Settings())
+    commit_epoch(plan1, tasks_for(plan1), store, target)
+
+
+STORE_FILES = {
+    "query": ("query.json", lambda s, t: s.open_query()),
+    "epoch": ("epochs/000000000000.json", rerun_epoch_1),
+    "intent": ("intents/000000000001.json", rerun_epoch_1),
+    "write-options": ("write-options.json", lambda s, t: s.read_write_options()),
+    "final-epoch-request": ("final-epoch-request.json", lambda s, t: s.final_epoch_requested_since(0)),
+    "referenced-epochs": ("referenced-epochs", lambda s, t: s.referenced_epochs()),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(STORE_FILES))
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_damaged_store_files_are_clear_errors_naming_the_file_and_publish_nothing(tmp_path, kind, damage):
+    store, target = a_running_store(tmp_path)
+    relative, use = STORE_FILES[kind]
+    path = tmp_path / "regional" / relative
+    assert path.exists()
+    published_before = dict(target.commits)
+    damage_it, message = DAMAGE[damage]
+    damage_it(path)
+    with pytest.raises(RegionalStoreError, match=message) as error:
+        use(store, target)
+    assert str(path) in str(error.value)
+    assert target.commits == published_before
+
+
+def test_missing_store_files_never_read_as_done(tmp_path):
+    # intent missing while the target already holds the epoch: an error, not a new decision
+    store, target = a_running_store(tmp_path)
+    target.commits[1] = {"a": "published"}
+    (tmp_path / "regional" / "intents" / "000000000001.json").unlink()
+    with pytest.raises(RegionalStoreError, match="neither its intent nor its record"):
+        rerun_epoch_1(store, target)
+    # the query id missing beside epoch records: damaged, not a new query
+    (tmp_path / "regional" / "query.json").unlink()
+    with pytest.raises(RegionalStoreError, match=r"no query\.json"):
+        store.open_query()
+    # the newest epoch record missing: Spark's offset log is ahead of the store
+    store2, _ = a_running_store(tmp_path / "two")
+    (tmp_path / "two" / "regional" / "epochs" / "000000000000.json").unlink()
+    reader = RegionalStreamReader({}, {"source": "generator", "regions": "2", "checkpointlocation": str(
+        tmp_path / "two")})
+    with pytest.raises(RegionalStoreError, match="Spark committed epoch 0 but the regional store"):
+        reader.latestOffset({"query_id": store2.query_id(), "epoch": 0}, None)  # type: ignore[arg-type]
+    # writeStream's settings never recorded: the source refuses to plan
+    store3 = Store(tmp_path / "three")
+    store3.open_query()
+    reader = RegionalStreamReader({}, {"source": "generator", "checkpointlocation": str(tmp_path / "three")})
+    with pytest.raises(RegionalConfigError, match=r"call regional\.register"):
+        reader.resolved_settings()
+
+
+def test_a_file_of_another_kind_is_refused(tmp_path):
+    path = tmp_path / "x.json"
+    files.write(path, "intent", {"a": 1})
+    with pytest.raises(RegionalStoreError, match="'intent' file where a 'epoch' file belongs"):
+        files.read(path, "epoch")

@@ -1,28 +1,28 @@
 """Regional checkpoints for Spark Structured Streaming.
 
-When some regions (source partitions and their slice of the sink) fail, an
-epoch publishes the healthy regions' output and keeps the failed regions at
-their last good offset, remembering which epoch they still reference.
+When some regions (source partitions and their slice of the sink) fail, an epoch publishes the
+healthy regions' output and keeps the failed regions at their last good offset, remembering which
+epoch they still reference.
 """
 
-from regional.committers import Committer, DeltaCommitter, EpochReport, RegionalCommitter
+from regional.cli.status import QueryStatus, status
 from regional.errors import RegionalConfigError, RegionalError, RegionalPlanError, RegionalStoreError
-from regional.session import listener_for, local_spark, register, shim_state, stop
-from regional.status import QueryStatus, RegionStatus, status
+from regional.spark.session import listener_for, local_spark, register, shim_state, stop
+from regional.store.model import RegionState
+from regional.targets.base import EpochReport, RegionalTarget, Target
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
-    "Committer",
-    "DeltaCommitter",
     "EpochReport",
     "QueryStatus",
-    "RegionStatus",
-    "RegionalCommitter",
+    "RegionState",
     "RegionalConfigError",
     "RegionalError",
     "RegionalPlanError",
     "RegionalStoreError",
+    "RegionalTarget",
+    "Target",
     "listener_for",
     "local_spark",
     "register",

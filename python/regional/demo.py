@@ -19,15 +19,15 @@ from typing import Any
 import pyarrow as pa
 
 import regional
-from regional.committers import DeltaCommitter
-from regional.epoch import describe
+from regional.protocol.epoch import describe
+from regional.targets.delta import DeltaTarget
 
 REGIONS = ["ap-south", "eu-west", "sa-east", "us-east"]
 FAILING = "us-east"
 DOWN_EPOCHS = range(1, 3)
 
 
-class FlakyShard(DeltaCommitter):
+class FlakyShard(DeltaTarget):
     """Delta, except that the shard behind ``us-east`` is down during epochs 1-2."""
 
     def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Any:

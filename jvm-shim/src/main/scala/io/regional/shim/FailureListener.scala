@@ -56,7 +56,8 @@ class FailureListener extends SparkListener {
         "query_id" -> queryId, "epoch" -> batchId, "partition" -> info.partitionId,
         "attempt" -> info.attemptNumber, "executor" -> info.executorId,
         "exception_class" -> exceptionClass, "message" -> message)
-      RegionalShim.writeStoreFile(store, s"failures/$batchId/${info.partitionId}-${info.attemptNumber}.json", content)
+      RegionalShim.writeStoreFile(store, s"failures/$batchId/${info.partitionId}-${info.attemptNumber}.json",
+        "failure", 1, content)
     }
   }
 }

@@ -1,6 +1,5 @@
 package io.regional.shim
 
-import java.nio.charset.StandardCharsets
 import java.nio.file.Files
 
 import scala.util.control.NonFatal
@@ -58,9 +57,16 @@ object KeepAlive {
       if (!Files.isDirectory(store) || !Files.exists(refs)) None
       else {
         try {
-          val text = new String(Files.readAllBytes(refs), StandardCharsets.UTF_8)
-          val epochs = text.split("\\s+").filter(_.nonEmpty).map(_.toLong).toSet
-          if (epochs.contains(epoch)) Some(epoch) else None
+          // A JSON array of epoch numbers in the store's file format; unreadable keeps the entry.
+          RegionalShim.readStoreFile(refs, ReferencedEpochsFile, 1) match {
+            case Some(json) =>
+              val epochs = json.trim.stripPrefix("[").stripSuffix("]").split(",").map(_.trim).filter(_.nonEmpty)
+                .map(_.toLong).toSet
+              if (epochs.contains(epoch)) Some(epoch) else None
+            case None =>
+              RegionalShim.warn(s"regional: $refs is torn or of another format; keeping $p")
+              Some(epoch)
+          }
         } catch {
           case NonFatal(e) =>
             RegionalShim.warn(s"regional: cannot read $refs ($e); keeping $p")

@@ -94,8 +94,8 @@ object StartCheck {
 
   private def record(root: String, regional: Boolean, operator: Option[String], reason: Option[String]): Unit =
     RegionalShim.storeDir(root).foreach { store =>
-      RegionalShim.writeStoreFile(store, "query-plan.json", RegionalShim.json(
-        "version" -> 1, "shim" -> RegionalShim.Version, "regional_epochs" -> regional,
+      RegionalShim.writeStoreFile(store, "query-plan.json", "query-plan", 1, RegionalShim.json(
+        "shim" -> RegionalShim.Version, "regional_epochs" -> regional,
         "operator" -> operator, "reason" -> reason, "checked_at_ms" -> System.currentTimeMillis()))
     }
 

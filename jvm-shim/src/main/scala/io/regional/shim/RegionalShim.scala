@@ -76,14 +76,33 @@ object RegionalShim {
     if (uri.getScheme == null || uri.getScheme == "file") Some(Paths.get(uri.getPath, StoreDir)) else None
   }
 
-  /** Writes `relative` under the store atomically (temporary file, then rename), as the Python store does. */
-  def writeStoreFile(store: java.nio.file.Path, relative: String, content: String): Unit = {
+  /** Writes `relative` under the store atomically (temporary file, then rename) in the store's file format
+    * (regional.store.files): a header line `regional <kind> v<version> sha256=<hex of line 2>`, then the JSON. */
+  def writeStoreFile(store: java.nio.file.Path, relative: String, kind: String, version: Int, content: String): Unit = {
     val target = store.resolve(relative)
     Files.createDirectories(target.getParent)
+    val body = content.getBytes(StandardCharsets.UTF_8)
+    val header = s"regional $kind v$version sha256=${sha256Hex(body)}\n".getBytes(StandardCharsets.US_ASCII)
     val tmp = target.getParent.resolve(s".${target.getFileName}.${UUID.randomUUID()}.tmp")
-    Files.write(tmp, content.getBytes(StandardCharsets.UTF_8))
+    Files.write(tmp, header ++ body ++ "\n".getBytes(StandardCharsets.US_ASCII))
     Files.move(tmp, target, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING)
   }
+
+  /** The JSON line of a store file of `kind` and `version`; None when it is torn, damaged or of another format. */
+  def readStoreFile(path: java.nio.file.Path, kind: String, version: Int): Option[String] = {
+    val raw = Files.readAllBytes(path)
+    val newline = raw.indexOf('\n'.toByte)
+    if (newline < 0) return None
+    val header = new String(raw.take(newline), StandardCharsets.US_ASCII).split(" ")
+    val rest = raw.drop(newline + 1)
+    val body = if (rest.nonEmpty && rest.last == '\n'.toByte) rest.dropRight(1) else rest
+    val ok = header.length == 4 && header(0) == "regional" && header(1) == kind && header(2) == s"v$version" &&
+      header(3) == s"sha256=${sha256Hex(body)}"
+    if (ok) Some(new String(body, StandardCharsets.UTF_8)) else None
+  }
+
+  private def sha256Hex(bytes: Array[Byte]): String =
+    java.security.MessageDigest.getInstance("SHA-256").digest(bytes).map(b => f"${b & 0xff}%02x").mkString
 
   def warn(message: String): Unit = log.warn(message)
 

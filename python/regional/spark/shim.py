@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("regional")
 
-SHIM_JAR = Path(__file__).parent / "jars" / "regional-shim.jar"
-SHIM_SOURCES = Path(__file__).resolve().parents[2] / "jvm-shim" / "src" / "main" / "scala"
+SHIM_JAR = Path(__file__).resolve().parents[1] / "jars" / "regional-shim.jar"
+SHIM_SOURCES = Path(__file__).resolve().parents[3] / "jvm-shim" / "src" / "main" / "scala"
 EXTENSION = "io.regional.shim.RegionalExtensions"
 FILE_MANAGER = "io.regional.shim.RegionalCheckpointFileManager"
 # Spark lines the shim is compiled against; RegionalShim.SupportedSparkLines says the same on the JVM side.

@@ -17,11 +17,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "build-shim":
-            from regional.shim import build
+            from regional.spark.shim import build
 
             print(f"built {build()}")
         else:
-            from regional.status import status
+            from regional.cli.status import status
 
             print(status(args.checkpoint).render())
     except RegionalError as exc:

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from regional.errors import RegionalStoreError
-from regional.plan import EpochPlan
+from regional.protocol.epoch import EpochPlan
 
 
 def read_plan(checkpoint: Path, epoch: int) -> EpochPlan:

@@ -5,23 +5,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from regional.epoch import describe
-from regional.store import EpochRecord, Store
-
-
-@dataclass(frozen=True)
-class RegionStatus:
-    committed_offset: int  # the next offset to read
-    ref_epoch: int | None  # the epoch whose offset it still uses; None when current
-    consecutive_failures: int
-    state: str  # ok | fallen_back | quarantined
-    reason: str | None = None
+from regional.protocol.epoch import describe
+from regional.store import EpochRecord, RegionState, Store
 
 
 @dataclass(frozen=True)
 class QueryStatus:
     checkpoint: str
-    regions: dict[str, RegionStatus]
+    regions: dict[str, RegionState]
     epochs: list[EpochRecord]  # the retained epoch records, oldest first
 
     @property
@@ -44,7 +35,7 @@ class QueryStatus:
                 ref = "-" if s.ref_epoch is None else str(s.ref_epoch)
                 why = f"  ({s.reason})" if s.reason else ""
                 lines.append(f"  {region:<{width}}  {s.committed_offset:>10}  {ref:>9}  "
-                             f"{s.consecutive_failures:>8}  {s.state}{why}")
+                             f"{s.consecutive_failures:>8}  {s.state.value}{why}")
         if epochs:
             for e in self.epochs:
                 lines.append(f"  {describe(e)}")
@@ -56,8 +47,4 @@ def status(checkpoint_location: str | os.PathLike[str]) -> QueryStatus:
     store = Store(checkpoint_location)
     records = store.records()
     latest = records[-1] if records else None
-    regions = {
-        r: RegionStatus(s.committed_offset, s.ref_epoch, s.consecutive_failures, s.state.value, s.reason)
-        for r, s in (latest.regions.items() if latest else ())
-    }
-    return QueryStatus(str(store.checkpoint), regions, records)
+    return QueryStatus(str(store.checkpoint), dict(latest.regions) if latest else {}, records)

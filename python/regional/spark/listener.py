@@ -1,8 +1,13 @@
-"""The StreamingQueryListener ``register`` adds: one log line per regional epoch, the end of bounded queries.
+"""The StreamingQueryListener ``register`` adds.
 
-It runs in the driver's Python process (py4j callback threads). It learns a
-query's store from the plan in the progress event's end offset, so it needs no
-handle on the query.
+- At query start (``onQueryStarted`` runs synchronously inside ``start()``, before the source
+  plans epoch 0), it records writeStream's regional settings in the store, so that the driver
+  resolves one set of settings from both sides, and sweeps staged output an earlier run left.
+- Per epoch, it logs one line and keeps FLIP-600's two metrics; it ends a bounded query once
+  everything is published.
+
+It runs in the driver's Python process (py4j callback threads). It learns a query's store from the
+plan in the progress event's end offset.
 """
 
 from __future__ import annotations
@@ -22,10 +27,11 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
-from regional.epoch import describe
 from regional.errors import RegionalError
-from regional.plan import EpochPlan
+from regional.protocol.epoch import EpochPlan, describe
+from regional.protocol.settings import given_settings
 from regional.store import Store
+from regional.targets.base import QUERY_ID_OPTION, load_target
 
 log = logging.getLogger("regional")
 
@@ -43,10 +49,34 @@ class RegionalListener(StreamingQueryListener):
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
         self.metrics: dict[str, QueryMetrics] = {}
-        self._plan_checked: set[str] = set()  # queries (run ids) whose plan check was reported
+        self._plan_checked: set[str] = set()  # runs whose plan check was reported
+        self.closed = False  # set at interpreter exit: the py4j bridge is going away
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
-        pass
+        if self.closed:
+            return
+        try:
+            self._record_start(str(event.id), str(event.runId))
+        except Exception as exc:  # never fail Spark's listener bus; the source refuses to plan without the record
+            log.error("regional: could not record writeStream's settings of query %s at start: %s", event.id, exc)
+
+    def _record_start(self, query_id: str, run_id: str) -> None:
+        query = self.spark.streams.get(query_id)
+        if query is None:
+            return
+        execution = query._jsq.streamingQuery()  # internal API, see SPARK_NOTES
+        try:
+            if str(execution.sink().name()).lower() != "regional":
+                return
+        except Exception:  # some sinks' tables (Delta's V1 wrapper) throw from name(): not regional
+            return
+        options = _write_options(execution)
+        store = Store(str(execution.resolvedCheckpointRoot()))
+        store.record_write_options(run_id, given_settings(options))
+        latest = store.latest_record()
+        target = load_target({**{k.lower(): v for k, v in options.items()}, QUERY_ID_OPTION: store.open_query()})
+        if latest is not None and callable(getattr(target, "sweep", None)):
+            target.sweep(latest.epoch)  # staged output of recorded epochs will never be published
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
@@ -55,16 +85,18 @@ class RegionalListener(StreamingQueryListener):
         pass
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        if self.closed:
+            return
         progress = event.progress
         plan = _regional_plan(progress.sources)
         if plan is None or plan.epoch != progress.batchId:
             return
         try:
             record = Store(plan.store).read_record(plan.epoch)
+            self._report_plan_check(str(progress.runId), progress.name or str(progress.id), Store(plan.store))
         except RegionalError as exc:
             log.error("regional: query %s: %s", progress.id, exc)
             return
-        self._report_plan_check(str(progress.runId), progress.name or str(progress.id), Store(plan.store))
         if record is None:
             return
         oldest = record.oldest_ref_epoch
@@ -97,6 +129,27 @@ class RegionalListener(StreamingQueryListener):
         threading.Thread(target=stop, name=f"regional-stop-{query_id}", daemon=True).start()
 
 
+def _write_options(execution: Any) -> dict[str, str]:
+    """writeStream's options of a running query: ``MicroBatchExecution.extraOptions`` (private; Spark 4.2)."""
+    cls = execution.getClass()
+    while cls is not None:
+        try:
+            field = cls.getDeclaredField("extraOptions")
+            break
+        except Exception:
+            cls = cls.getSuperclass()
+    else:
+        raise RegionalError("this Spark's streaming query has no extraOptions field: regional supports Spark 4.2")
+    field.setAccessible(True)
+    scala_map = field.get(execution)
+    iterator = scala_map.iterator()
+    options = {}
+    while iterator.hasNext():
+        pair = iterator.next()
+        options[str(pair._1())] = str(pair._2())
+    return options
+
+
 def _regional_plan(sources: Any) -> EpochPlan | None:
     if len(sources) != 1:
         return None
@@ -104,7 +157,7 @@ def _regional_plan(sources: Any) -> EpochPlan | None:
         offset = json.loads(sources[0].endOffset)
     except (TypeError, ValueError):
         return None
-    if not isinstance(offset, dict) or "regions" not in offset or "store" not in offset:
+    if not isinstance(offset, dict) or "regions" not in offset or "query_id" not in offset:
         return None
     try:
         return EpochPlan.from_offset(offset)

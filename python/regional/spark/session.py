@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
@@ -10,15 +11,15 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from regional import shim
-from regional.config import CONF_PREFIX, RegionalPolicy, merge_options
+from regional.protocol.settings import CONF_PREFIX, Settings, resolve_settings
+from regional.spark import shim
 from regional.store import Store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from regional.listener import RegionalListener
+    from regional.spark.listener import RegionalListener
 
 log = logging.getLogger("regional")
 
@@ -34,10 +35,10 @@ def register(spark: SparkSession) -> None:
 
     Calling it again is harmless, and picks up conf changed since.
     """
-    from regional.source import RegionalDataSource
+    from regional.spark.datasource import RegionalDataSource
 
     conf = {k: v for k, v in spark.conf.getAll.items() if k.lower().startswith(CONF_PREFIX)}
-    policy = RegionalPolicy.from_options(merge_options(conf, {}))  # bad conf fails here, not in a task
+    policy = resolve_settings(conf, {}, {})  # bad conf fails here, not in a task
 
     _check_python(spark)
     _check_task_retries(spark, policy)
@@ -50,10 +51,27 @@ def register(spark: SparkSession) -> None:
     source = type("RegionalDataSource", (RegionalDataSource,), {"conf_defaults": conf})
     spark.dataSource.register(source)
     if id(spark) not in _listeners:
-        from regional.listener import RegionalListener
+        from regional.spark.listener import RegionalListener
 
         _listeners[id(spark)] = RegionalListener(spark)
         spark.streams.addListener(_listeners[id(spark)])
+        atexit.register(_detach, spark)
+
+
+def _detach(spark: SparkSession) -> None:
+    """At interpreter exit: a script that ends without ``spark.stop()`` leaves its queries running while
+    Python's py4j callback server goes away, and every later listener callback from the JVM would fail
+    with a stack trace. Stop listening, and stop this session's queries, quietly."""
+    listener = _listeners.pop(id(spark), None)
+    if listener is None:
+        return
+    listener.closed = True
+    try:
+        spark.streams.removeListener(listener)
+        for query in spark.streams.active:
+            query.stop()
+    except Exception:  # the session or its JVM is already gone: nothing left to detach from
+        pass
 
 
 def shim_state(spark: SparkSession) -> shim.ShimState | None:
@@ -130,7 +148,7 @@ def task_max_failures(master: str, max_failures_conf: str | None) -> int:
     return int(max_failures_conf or 4)
 
 
-def retries_warning(master: str, max_failures_conf: str | None, policy: RegionalPolicy) -> str | None:
+def retries_warning(master: str, max_failures_conf: str | None, policy: Settings) -> str | None:
     """The one-line warning ``register`` gives when upstream failures cannot be quarantined."""
     attempts = task_max_failures(master, max_failures_conf)
     if not policy.enabled or attempts > policy.region_attempts:
@@ -141,7 +159,7 @@ def retries_warning(master: str, max_failures_conf: str | None, policy: Regional
             f"spark.task.maxFailures to at least {policy.region_attempts + 1}")
 
 
-def _check_task_retries(spark: SparkSession, policy: RegionalPolicy) -> None:
+def _check_task_retries(spark: SparkSession, policy: Settings) -> None:
     warning = retries_warning(spark.sparkContext.master, spark.conf.get("spark.task.maxFailures", None), policy)
     if warning:
         log.warning(warning)

@@ -1,9 +1,8 @@
-"""Where a regional source's records come from: one append-only log per region.
+"""``source=files``: ``path`` holds one sub-directory per region, an append-only log of text files.
 
-An input answers two questions: on the driver, how many records each region
-holds now (``available``, and ``split`` of a range into what a task needs);
-in the task, the records of one range (``read``) as Arrow record batches with
-columns ``region``, ``offset``, ``value``.
+Files are read in file-name order; a visible file never changes (writers create it under a name
+starting with ``.`` or ``_`` and rename it). A line is a record; its offset is its index in the
+region, from 0, across files. Columns: ``region, offset, value``.
 """
 
 from __future__ import annotations
@@ -12,48 +11,21 @@ import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from regional.config import parse_int, parse_optional_int
 from regional.errors import RegionalConfigError
 from regional.ids import validate_region_id
+from regional.inputs.base import BATCH_ROWS
 
 SCHEMA = pa.schema([("region", pa.string()), ("offset", pa.int64()), ("value", pa.string())])
 SCHEMA_DDL = "region STRING, offset BIGINT, value STRING"
-BATCH_ROWS = 10_000
 
 
-class RegionInput(Protocol):
-    def ends(self) -> dict[str, int] | None:
-        """A bounded input's final size per region; None when it may grow for ever."""
-        ...
-
-    def available(self, epoch: int) -> dict[str, int]:
-        """Records each region holds (its offsets are ``0 .. n-1``), as seen when planning ``epoch``."""
-        ...
-
-    def split(self, region: str, start: int, end: int) -> Any:
-        """On the driver: what a task needs to read ``[start, end)`` of ``region`` (picklable)."""
-        ...
-
-    def read(self, region: str, start: int, end: int, split: Any,
-             batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-        """In the task: the records ``[start, end)`` of ``region``, in offset order."""
-        ...
-
-
-def make_input(options: Mapping[str, str]) -> RegionInput:
-    kind = options.get("source")
-    if kind == "files":
-        return FilesInput(options)
-    if kind == "generator":
-        return GeneratorInput(options)
-    raise RegionalConfigError(
-        f"unknown source {kind!r}: add .option('source', 'files') or .option('source', 'generator') to readStream"
-    )
+def create(options: dict[str, str]) -> FilesInput:
+    return FilesInput(options)
 
 
 def batch_of(region: str, start: int, values: pa.Array) -> pa.RecordBatch:
@@ -65,9 +37,6 @@ def batch_of(region: str, start: int, values: pa.Array) -> pa.RecordBatch:
     )
 
 
-# -- files ---------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class FileSpan:
     name: str
@@ -76,12 +45,8 @@ class FileSpan:
 
 
 class FilesInput:
-    """``path`` holds one sub-directory per region; each is an append-only log of text files.
-
-    Files are read in lexicographic name order; a visible file never changes
-    (writers create it under a name starting with ``.`` or ``_`` and rename it).
-    A line is a record; its offset is its index in the region, from 0, across files.
-    """
+    schema = SCHEMA
+    schema_ddl = SCHEMA_DDL
 
     def __init__(self, options: Mapping[str, str]) -> None:
         path = options.get("path")
@@ -170,48 +135,3 @@ def _lines(data: bytes) -> pa.Array:
         text = text[:-1]
     lines = pc.list_flatten(pc.split_pattern(pa.array([text], pa.string()), "\n"))
     return pc.replace_substring_regex(lines, r"\r$", "")
-
-
-# -- generator -----------------------------------------------------------------
-
-
-class GeneratorInput:
-    """Deterministic rows for tests and benchmarks.
-
-    Options: ``regions`` (how many, ids ``g000``, ``g001``, ...), ``rowsPerEpoch``
-    (records that become available per region per epoch), ``totalRows`` (per
-    region; makes the source bounded) and ``valueSize`` (pad values to this size).
-    ``value`` is a function of region and offset.
-    """
-
-    def __init__(self, options: Mapping[str, str]) -> None:
-        count = parse_int(options, "regions", minimum=1, default="4")
-        width = max(3, len(str(count - 1)))
-        self.regions = [f"g{i:0{width}d}" for i in range(count)]
-        self.rows_per_epoch = parse_int(options, "rowsPerEpoch", minimum=1, default="100")
-        self.total_rows = parse_optional_int(options, "totalRows", minimum=0)
-        self.value_size = parse_int(options, "valueSize", minimum=0, default="0")
-
-    def ends(self) -> dict[str, int] | None:
-        return None if self.total_rows is None else dict.fromkeys(self.regions, self.total_rows)
-
-    def available(self, epoch: int) -> dict[str, int]:
-        n = (epoch + 1) * self.rows_per_epoch
-        if self.total_rows is not None:
-            n = min(n, self.total_rows)
-        return dict.fromkeys(self.regions, n)
-
-    def split(self, region: str, start: int, end: int) -> None:
-        return None
-
-    def read(self, region: str, start: int, end: int, split: Any,
-             batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-        for chunk in range(start, end, batch_rows):
-            chunk_end = min(chunk + batch_rows, end)
-            values = [generated_value(region, o, self.value_size) for o in range(chunk, chunk_end)]
-            yield batch_of(region, chunk, pa.array(values, pa.string()))
-
-
-def generated_value(region: str, offset: int, size: int = 0) -> str:
-    value = f"{region}:{offset}"
-    return value.ljust(size, ".") if size > len(value) else value

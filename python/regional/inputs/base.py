@@ -1,0 +1,66 @@
+"""The interface every source implements (DESIGN.md section 3, sources), and how one is found.
+
+An input answers two questions. On the driver: where each region's log ends now (``available``),
+and what a task needs to read a range (``split``, picklable). In the task: the records of one range
+(``read``), as Arrow record batches whose first two columns are ``region`` and ``offset``, in
+offset order, stopping exactly at ``end``.
+
+Built-in inputs are modules of this package named by ``source=<name>``, each exposing
+``create(options) -> RegionInput``. Adding a source is adding a module: nothing else changes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from regional.errors import RegionalConfigError
+
+BATCH_ROWS = 10_000
+
+
+class RegionInput(Protocol):
+    schema: pa.Schema  # region STRING, offset BIGINT, then the source's own columns
+    schema_ddl: str  # the same, as Spark DDL
+
+    def ends(self) -> dict[str, int] | None:
+        """A bounded input's final end offset per region; None when it may grow for ever."""
+        ...
+
+    def available(self, epoch: int) -> dict[str, int]:
+        """Each region's end offset (the next offset it will have), as seen when planning ``epoch``."""
+        ...
+
+    def split(self, region: str, start: int, end: int) -> Any:
+        """On the driver: what a task needs to read ``[start, end)`` of ``region`` (picklable)."""
+        ...
+
+    def read(self, region: str, start: int, end: int, split: Any,
+             batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+        """In the task: the records ``[start, end)`` of ``region``, in offset order."""
+        ...
+
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def load_input(options: Mapping[str, str]) -> RegionInput:
+    """Build the input named by the source's ``source`` option."""
+    name = options.get("source") or ""
+    module = None
+    if _NAME.match(name) and name != "base":
+        try:
+            module = importlib.import_module(f"regional.inputs.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"regional.inputs.{name}":
+                raise
+    if module is None or not callable(getattr(module, "create", None)):
+        raise RegionalConfigError(
+            f"unknown source {name!r}: add .option('source', 'files') or .option('source', 'generator') to "
+            "readStream"
+        )
+    return module.create(dict(options))

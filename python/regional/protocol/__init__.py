@@ -1,0 +1,1 @@
+"""The epoch protocol, pure: settings, then plan -> stage -> decide -> publish -> record (``epoch``)."""

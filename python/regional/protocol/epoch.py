@@ -1,0 +1,484 @@
+"""One epoch, top to bottom: plan -> stage -> decide -> publish -> record (DESIGN.md section 5).
+
+1. Plan (driver, the source's ``latestOffset``): ``plan_epoch``. Each region with work gets a
+   range from its committed offset; the plan also carries the query id and the resolved
+   settings, so tasks need nothing else. Spark logs it in ``offsets/N``; a restart re-runs it.
+2. Stage (tasks): the source reads a range and leaves a read receipt; the sink stages the
+   rows in the target and returns a ``TaskOutcome`` that says explicitly what happened.
+3. Decide (driver, the sink's ``commit``): ``outcomes_from_tasks`` then ``decide``.
+4. Publish: ``commit_epoch`` writes the intent, publishes the committed regions, discards the rest.
+5. Record: the epoch record becomes the store's state; the target hears region by region.
+
+Everything here is plain functions over small dataclasses; no Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import Enum
+from typing import Any, Protocol
+
+from regional import failpoints
+from regional.errors import RegionalConfigError, RegionalPlanError, RegionalStoreError
+from regional.protocol.settings import Settings
+from regional.store.model import (
+    EpochKind,
+    EpochRecord,
+    FallBack,
+    Intent,
+    QueryPlanCheck,
+    RegionState,
+    Slice,
+    Standing,
+    TaskFailure,
+)
+from regional.targets.base import EpochReport, Target, commit_with_report
+
+log = logging.getLogger("regional")
+
+INITIAL_EPOCH = -1
+FAILURE_RECORD_WAIT_S = 2.0
+SWEEP_EVERY_EPOCHS = 5  # staged output that will never be published is removed at least this often
+
+
+# -- 1. Plan --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RegionRange:
+    """What one region reads in one epoch: offsets ``start`` (inclusive) to ``end`` (exclusive)."""
+
+    region: str
+    start: int
+    end: int
+    ref_epoch: int | None  # the epoch whose offset it still uses when it fell back; None when current
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """The offset Spark logs for one epoch. ``regions`` are the regions with work, sorted by id:
+    Spark partition i reads ``regions[i]``. Regions without work are in the store, not here."""
+
+    query_id: str
+    epoch: int
+    store: str  # the checkpoint whose regional store the plan was made against
+    regions: tuple[RegionRange, ...]
+    settings: Settings
+    final: bool = False  # a bounded input: once this plan is published whole, nothing is left to read
+    force_reason: str | None = None  # this epoch must be forced-global (a graceful stop asked for it)
+
+    def to_offset(self) -> dict[str, Any]:
+        return {
+            "query_id": self.query_id,
+            "epoch": self.epoch,
+            "store": self.store,
+            "final": self.final,
+            "force_reason": self.force_reason,
+            "settings": self.settings.to_json(),
+            "regions": [[r.region, r.start, r.end, r.ref_epoch] for r in self.regions],
+        }
+
+    @classmethod
+    def from_offset(cls, offset: Mapping[str, Any]) -> EpochPlan:
+        try:
+            regions = tuple(RegionRange(str(r), int(s), int(e), None if ref is None else int(ref))
+                            for r, s, e, ref in offset["regions"])
+            force = offset["force_reason"]
+            return cls(str(offset["query_id"]), int(offset["epoch"]), str(offset["store"]), regions,
+                       Settings.from_json(offset["settings"]), bool(offset["final"]),
+                       None if force is None else str(force))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise RegionalStoreError(
+                f"the offset {str(dict(offset))[:200]} was not written by this version of the regional source "
+                f"({type(exc).__name__}: {exc}); a query cannot switch source formats on an existing checkpoint: "
+                "start a new checkpointLocation"
+            ) from None
+
+
+def initial_offset(query_id: str, store: str) -> dict[str, Any]:
+    """The offset before epoch 0: no region has a range yet."""
+    return {"query_id": query_id, "epoch": INITIAL_EPOCH, "store": store, "initial": True}
+
+
+def plan_epoch(
+    epoch: int,
+    query_id: str,
+    store: str,
+    states: Mapping[str, RegionState],
+    available: Mapping[str, int],
+    settings: Settings,
+    max_per_region: int | None = None,
+    max_total: int | None = None,
+    ends: Mapping[str, int] | None = None,
+    force_reason: str | None = None,
+) -> EpochPlan:
+    """Plan ``epoch``: each known region from its committed offset to what is available.
+
+    ``available[r]`` is the next offset region ``r`` will have (its end); a region missing from it has
+    nothing new. ``max_per_region`` and ``max_total`` are read limits (admission control). ``ends`` are a
+    bounded input's final ends: the plan that reaches them everywhere is final.
+    """
+    backlog: dict[str, tuple[int, int]] = {}
+    for region in sorted(set(states) | set(available)):
+        state = states.get(region, RegionState())
+        start = state.committed_offset
+        end = available.get(region, start)
+        if end < start:
+            raise RegionalStoreError(
+                f"region {region!r} now ends at offset {end} but offsets up to {start} were already committed: "
+                "its input must be append-only; restore what was removed or start a new checkpointLocation"
+            )
+        if max_per_region is not None:
+            end = min(end, start + max_per_region)
+        backlog[region] = (start, end)
+    if max_total is not None:
+        shares = share_read_limit({r: e - s for r, (s, e) in backlog.items()}, max_total, rotate=epoch)
+        backlog = {r: (s, s + shares[r]) for r, (s, _e) in backlog.items()}
+    final = ends is not None and all(e >= ends.get(r, e) for r, (_s, e) in backlog.items())
+    ranges = tuple(RegionRange(r, s, e, states[r].ref_epoch if r in states else None)
+                   for r, (s, e) in backlog.items() if e > s)
+    return EpochPlan(query_id, epoch, store, ranges, settings, final, force_reason)
+
+
+def share_read_limit(backlogs: Mapping[str, int], total: int, rotate: int = 0) -> dict[str, int]:
+    """Split a total read limit between regions, max-min fair: small backlogs are served whole, the
+    rest share evenly; what rounding leaves goes round-robin from a rotating start, so no region starves."""
+    order = sorted(backlogs, key=lambda r: (backlogs[r], r))
+    left, shares = max(total, 0), {}
+    for i, region in enumerate(order):
+        take = min(backlogs[region], left // (len(order) - i))
+        shares[region] = take
+        left -= take
+    names = sorted(backlogs)
+    for k in range(len(names)):
+        if left <= 0:
+            break
+        region = names[(k + rotate) % len(names)]
+        extra = min(backlogs[region] - shares[region], left)
+        shares[region] += extra
+        left -= extra
+    return shares
+
+
+# -- 2. Stage: what a task reports ----------------------------------------------------------
+
+
+class Status(str, Enum):
+    """What one task attempt says happened to its region."""
+
+    WRITTEN = "written"  # staged what the source read: [start, end), a prefix of the range when cut
+    FAILED = "failed"  # the sink's own work (the target's prepare) failed
+    QUARANTINED = "quarantined"  # the attempt numbered regionAttempts: upstream failed before; read nothing
+    MISSING = "missing"  # no trustworthy account of what was read (no receipt, a task that reported nothing)
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """The commit message of one sink task: explicit about what was read, written and staged."""
+
+    partition: int
+    attempt: int
+    status: Status
+    query_id: str | None = None  # from the source's read receipt
+    region: str | None = None
+    start: int | None = None  # the offsets the source actually read: [start, end)
+    end: int | None = None
+    rows: int = 0  # rows the target received
+    first_offset: int | None = None  # offsets of the first and last row the target received
+    last_offset: int | None = None
+    handle: Any = None  # the target's staged handle (JSON)
+    reason: str | None = None
+    region_rows: dict[str, int] | None = None  # an all-or-nothing task holding many regions: rows per region
+
+
+@dataclass(frozen=True)
+class RegionOutcome:
+    """A planned region's outcome, checked against its plan."""
+
+    region: str
+    status: Status
+    end: int  # exclusive end of what is done, for WRITTEN
+    rows: int = 0
+    reason: str | None = None
+
+
+def outcomes_from_tasks(plan: EpochPlan, tasks: Sequence[TaskOutcome | None]) -> dict[str, RegionOutcome]:
+    """Match task outcomes to planned regions (partition i reads ``plan.regions[i]``) and check them.
+    Anything that does not add up makes the region fall back (MISSING); rows of the wrong region fail."""
+    if len(tasks) != len(plan.regions):
+        raise RegionalPlanError(
+            f"epoch {plan.epoch}: the sink ran {len(tasks)} tasks for {len(plan.regions)} planned regions. "
+            "A repartition, coalesce or other shuffle between the regional source and sink mixes regions; "
+            "remove it, or set spark.regional.enabled=false"
+        )
+    outcomes = {}
+    for i, (rr, task) in enumerate(zip(plan.regions, tasks, strict=True)):
+        outcomes[rr.region] = _checked(plan, i, rr, task)
+    return outcomes
+
+
+def _checked(plan: EpochPlan, i: int, rr: RegionRange, task: TaskOutcome | None) -> RegionOutcome:
+    def missing(why: str) -> RegionOutcome:
+        return RegionOutcome(rr.region, Status.MISSING, rr.start, reason=why)
+
+    if task is None:
+        return missing("its task reported nothing")
+    if task.partition != i:
+        return missing(f"partition {i} reported as partition {task.partition}")
+    if task.rows and task.region != rr.region:
+        raise RegionalPlanError(
+            f"epoch {plan.epoch}: sink task {i} received rows of region {task.region!r} but the source planned "
+            f"{rr.region!r} there. An operator between source and sink moved rows between tasks (a shuffle); "
+            "remove it, or set spark.regional.enabled=false"
+        )
+    if task.status is not Status.WRITTEN:
+        return RegionOutcome(rr.region, task.status, rr.start, reason=task.reason or task.status.value)
+    if task.query_id != plan.query_id or task.region != rr.region or task.start != rr.start or task.end is None:
+        return missing(f"its read receipt ({task.query_id}, {task.region!r}, [{task.start}, {task.end})) does not "
+                       f"match the plan ({plan.query_id}, {rr.region!r}, [{rr.start}, {rr.end}))")
+    if not rr.start < task.end <= rr.end:
+        return missing(f"it read up to {task.end}, outside its planned range [{rr.start}, {rr.end})")
+    if task.rows and not (rr.start <= (task.first_offset or 0) and (task.last_offset or 0) < task.end):
+        raise RegionalPlanError(
+            f"epoch {plan.epoch}: region {rr.region!r} wrote offsets {task.first_offset}..{task.last_offset} "
+            f"outside what its source read, [{rr.start}, {task.end}); the offset column must be the source's"
+        )
+    # Rows the query filtered out still count as done: the source read them.
+    return RegionOutcome(rr.region, Status.WRITTEN, task.end, task.rows)
+
+
+def outcomes_all_or_nothing(plan: EpochPlan, tasks: Sequence[TaskOutcome | None]) -> dict[str, RegionOutcome]:
+    """A query whose plan moves rows between tasks (the JVM shim found a repartition, say): tasks do not
+    match regions, so every region completes its whole range when every task wrote, and none does otherwise."""
+    done = all(t is not None and t.status is Status.WRITTEN for t in tasks)
+    rows: dict[str, int] = {}
+    for task in tasks:
+        for region, n in ((task.region_rows or {}) if task else {}).items():
+            rows[region] = rows.get(region, 0) + n
+    planned = {rr.region for rr in plan.regions}
+    unknown = sorted(set(rows) - planned)
+    if unknown:
+        raise RegionalPlanError(f"epoch {plan.epoch}: the sink received rows of regions {unknown[:3]} that the "
+                                "source did not plan in this epoch; the region column must be the source's")
+    why = None if done else "a task of this all-or-nothing epoch failed"
+    return {rr.region: RegionOutcome(rr.region, Status.WRITTEN if done else Status.FAILED,
+                                     rr.end if done else rr.start, rows.get(rr.region, 0), why)
+            for rr in plan.regions}
+
+
+def with_failure_causes(plan: EpochPlan, outcomes: dict[str, RegionOutcome],
+                        failures: Mapping[int, Sequence[TaskFailure]]) -> dict[str, RegionOutcome]:
+    """Say why a quarantined region's attempts failed, from the JVM shim's failure records
+    (partition i is the plan's region i): for a poisoned UDF, the UDF's exception."""
+    named = dict(outcomes)
+    for i, rr in enumerate(plan.regions):
+        outcome, seen = outcomes.get(rr.region), failures.get(i)
+        if outcome is None or outcome.status is not Status.QUARANTINED or not seen:
+            continue
+        last = seen[-1]
+        named[rr.region] = replace(outcome, reason=(
+            f"quarantined after {len(seen)} failed attempt(s); attempt {last.attempt} on executor "
+            f"{last.executor}: {last.message}"))
+    return named
+
+
+# -- 3. Decide ----------------------------------------------------------------------------
+
+
+def forced_global_reason(previous: Mapping[str, RegionState], settings: Settings) -> str | None:
+    """Tier 1: a region that fell back ``maxConsecutiveFailures`` epochs in a row forces a global epoch."""
+    stuck = sorted(r for r, s in previous.items() if s.consecutive_failures >= settings.max_consecutive_failures)
+    if not stuck:
+        return None
+    return (f"{len(stuck)} region(s) fell back {settings.max_consecutive_failures} epochs in a row "
+            f"(maxConsecutiveFailures), e.g. {stuck[0]!r}")
+
+
+def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: EpochRecord | None,
+           force_reason: str | None = None) -> EpochRecord:
+    """Decide epoch ``plan.epoch`` from its regions' outcomes: which regions publish, and every
+    region's state after it. A planned region without an outcome falls back."""
+    settings = plan.settings
+    before = previous.regions if previous else {}
+    seen = {rr.region: outcomes.get(rr.region) or RegionOutcome(rr.region, Status.MISSING, rr.start,
+                                                                reason="no outcome")
+            for rr in plan.regions}
+    failed = {r: o for r, o in seen.items() if o.status is not Status.WRITTEN}
+    force_reason = force_reason or plan.force_reason or forced_global_reason(before, settings)
+    reset_counters = False
+    if not failed:
+        kind, reason = (EpochKind.FORCED_GLOBAL, force_reason) if force_reason else (EpochKind.GLOBAL, None)
+    elif not settings.enabled:
+        kind, reason = EpochKind.ABORTED, "regional epochs are disabled (spark.regional.enabled=false)"
+    elif force_reason:
+        # Tier 2: the forced-global epoch failed. Publish nothing, reset counters, go on.
+        kind, reason, reset_counters = EpochKind.ABORTED, f"forced global epoch failed: {force_reason}", True
+    elif len(failed) > settings.max_failure_ratio * len(plan.regions):
+        kind = EpochKind.ABORTED
+        reason = (f"{len(failed)} of {len(plan.regions)} regions with work failed, more than "
+                  f"maxFailureRatio={settings.max_failure_ratio}")
+    else:
+        kind, reason = EpochKind.REGIONAL, None
+
+    committed: dict[str, Slice] = {}
+    fallen_back: dict[str, FallBack] = {}
+    regions = dict(before)  # regions without work keep their state
+    for rr in plan.regions:
+        state, outcome = before.get(rr.region, RegionState()), seen[rr.region]
+        if kind is not EpochKind.ABORTED and rr.region not in failed:
+            committed[rr.region] = Slice(rr.start, outcome.end, outcome.rows)
+            regions[rr.region] = RegionState(committed_offset=outcome.end, last_epoch=plan.epoch)
+            continue
+        own = failed.get(rr.region)
+        why = own.reason if own and own.reason else f"epoch aborted: {reason}"
+        quarantined = own is not None and own.status is Status.QUARANTINED
+        regions[rr.region] = replace(
+            state, consecutive_failures=0 if reset_counters else state.consecutive_failures + (1 if own else 0),
+            state=Standing.QUARANTINED if quarantined else Standing.FALLEN_BACK, reason=why)
+        ref = regions[rr.region].ref_epoch
+        fallen_back[rr.region] = FallBack(-1 if ref is None else ref, why, quarantined)
+    regional = (previous.regional_epochs if previous else 0) + (kind is EpochKind.REGIONAL)
+    return EpochRecord(plan.epoch, kind, committed, fallen_back, regions, reason, regional)
+
+
+# -- 4. Publish and 5. record ----------------------------------------------------------------
+
+
+class EpochStore(Protocol):
+    """What phase two needs of the store (``regional.store.Store``)."""
+
+    def query_id(self) -> str | None: ...
+    def read_record(self, epoch: int) -> EpochRecord | None: ...
+    def latest_record(self, before: int | None = None) -> EpochRecord | None: ...
+    def read_intent(self, epoch: int) -> Intent | None: ...
+    def write_intent(self, epoch: int, intent: Intent) -> None: ...
+    def write_record(self, record: EpochRecord) -> None: ...
+    def prune(self, retain_epochs: int) -> None: ...
+    def read_query_plan(self) -> QueryPlanCheck | None: ...
+    def read_failures(self, epoch: int) -> dict[int, list[TaskFailure]]: ...
+
+
+def commit_epoch(plan: EpochPlan, tasks: Sequence[TaskOutcome | None], store: EpochStore, target: Target,
+                 mixed: bool = False) -> EpochRecord:
+    """Phase two of one epoch, on the driver. Idempotent: a re-run after a crash publishes nothing twice
+    and records what was really published the first time. ``mixed``: the plan moves rows between tasks,
+    so the epoch is all-or-nothing and handles are per task."""
+    epoch = plan.epoch
+    staged_now = {t.region if t.region and not mixed else f"#{t.partition}": t.handle
+                  for t in tasks if t is not None and t.handle is not None}
+    if plan.query_id != store.query_id():
+        target.abort(epoch, staged_now)
+        raise RegionalStoreError(
+            f"epoch {epoch} was planned for query {plan.query_id} but the regional store belongs to query "
+            f"{store.query_id()}: the store was replaced while the query ran. Restore it, or start a new "
+            "checkpointLocation"
+        )
+
+    # 0. Already recorded: only this re-run's own staging is left to discard.
+    recorded = store.read_record(epoch)
+    if recorded is not None:
+        target.abort(epoch, staged_now)
+        notify(target, recorded)  # at least once: the crash may have come before it
+        return recorded
+
+    # 3. Decide, or take the decision of an interrupted earlier run of this epoch.
+    intent = store.read_intent(epoch)
+    if intent is None:
+        if getattr(target, "published", None) is not None and target.published(epoch):  # type: ignore[attr-defined]
+            raise RegionalStoreError(
+                f"epoch {epoch} is already published in the target, but the regional store at {store!r} has "
+                "neither its intent nor its record: the store was damaged. Restore it from a backup, or start "
+                "a new checkpointLocation (and a new target)")
+        outcomes = outcomes_all_or_nothing(plan, tasks) if mixed else outcomes_from_tasks(plan, tasks)
+        quarantined = [i for i, rr in enumerate(plan.regions) if outcomes[rr.region].status is Status.QUARANTINED]
+        if quarantined and store.read_query_plan() is not None:  # the shim records failed attempts
+            outcomes = with_failure_causes(plan, outcomes, wait_for_failures(store, epoch, quarantined))
+        record = decide(plan, outcomes, store.latest_record(before=epoch))
+        if mixed:
+            publish = dict(staged_now) if record.committed else {}
+        else:
+            publish = {r: staged_now[r] for r in record.committed if r in staged_now}
+        intent = Intent(record, publish, {r: h for r, h in staged_now.items() if r not in publish})
+        _require_json_handles(epoch, intent, target)
+        # The write-ahead intent: from here on, this epoch's outcome is fixed.
+        store.write_intent(epoch, intent)
+    else:
+        log.warning("regional: epoch %d was interrupted after its decision; finishing it as decided", epoch)
+        intent = Intent(intent.record, intent.publish,
+                        {**intent.discard, **{f"rerun:{r}": h for r, h in staged_now.items()}})
+    failpoints.reach("before_publish", epoch)
+
+    # 4. Publish the committed regions' slices (atomic and idempotent in the target), discard the rest.
+    record = intent.record
+    if record.committed:
+        commit_with_report(target, epoch, intent.publish, report_of(record))
+    failpoints.reach("before_record", epoch)
+    if intent.discard:
+        target.abort(epoch, intent.discard)
+
+    # 5. Record the epoch: the store's state now includes it. Then clean up, and tell the target.
+    store.write_record(record)
+    store.prune(plan.settings.retain_epochs)
+    if epoch % SWEEP_EVERY_EPOCHS == 0 and callable(getattr(target, "sweep", None)):
+        target.sweep(epoch)  # type: ignore[attr-defined]
+    log.info("regional: %s", describe(record))
+    notify(target, record)
+    return record
+
+
+def _require_json_handles(epoch: int, intent: Intent, target: Target) -> None:
+    try:
+        json.dumps({"publish": intent.publish, "discard": intent.discard})
+    except (TypeError, ValueError) as exc:
+        target.abort(epoch, {r: h for r, h in {**intent.publish, **intent.discard}.items()})
+        raise RegionalConfigError(
+            f"the target's prepare() returned a handle that is not JSON-serialisable ({exc}); handles go into "
+            "the store's write-ahead intent: return str, int, float, bool, None, lists or dicts of them"
+        ) from None
+
+
+def wait_for_failures(store: EpochStore, epoch: int, partitions: Sequence[int],
+                      timeout_s: float = FAILURE_RECORD_WAIT_S) -> dict[int, list[TaskFailure]]:
+    """The shim's SparkListener runs on Spark's asynchronous listener bus: give its records of these
+    partitions' failed attempts a moment to land."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        failures = store.read_failures(epoch)
+        if all(p in failures for p in partitions) or time.monotonic() >= deadline:
+            return failures
+        time.sleep(0.05)
+
+
+def notify(target: Target, record: EpochRecord) -> None:
+    """Region-level notification (FLIP-600's partially completed checkpoint), if the target wants it:
+    ``on_epoch(epoch, committed={region: (start, end)}, fallen_back={region: (ref_epoch, reason)})``."""
+    on_epoch = getattr(target, "on_epoch", None)
+    if callable(on_epoch):
+        report = report_of(record)
+        on_epoch(record.epoch, report.committed, report.fallen_back)
+
+
+def report_of(record: EpochRecord) -> EpochReport:
+    return EpochReport(
+        epoch=record.epoch,
+        kind=record.kind.value,
+        committed={r: (s.start, s.end) for r, s in record.committed.items()},
+        fallen_back={r: (f.ref_epoch, f.reason) for r, f in record.fallen_back.items()},
+        rows={r: s.rows for r, s in record.committed.items()},
+    )
+
+
+def describe(record: EpochRecord) -> str:
+    """One line per epoch: kind, regions committed, regions fallen back with ref_epoch."""
+    fallen = ", ".join(f"{r}(ref_epoch={f.ref_epoch}{', quarantined' if f.quarantined else ''})"
+                       for r, f in sorted(record.fallen_back.items()))
+    line = (f"epoch {record.epoch}: {record.kind.value}; committed {len(record.committed)} "
+            f"[{', '.join(sorted(record.committed))}]; fallen back {len(record.fallen_back)}"
+            + (f" [{fallen}]" if fallen else ""))
+    if record.reason:
+        line += f"; {record.reason}"
+    return line

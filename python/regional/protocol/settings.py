@@ -1,0 +1,165 @@
+"""The one place that resolves a query's regional settings (DESIGN.md section 3, conf keys).
+
+Order, lowest first: built-in defaults, ``spark.regional.*`` conf, then the
+query's own options on ``readStream`` and ``writeStream``. A key given on both
+sides with different values is refused, naming both. Keys match
+case-insensitively, as Spark's options do.
+
+The driver resolves the settings once per query run, when it plans; the plan
+carries them to every task, so tasks never re-derive them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from regional.errors import RegionalConfigError
+
+CONF_PREFIX = "spark.regional."
+
+DEFAULTS: dict[str, str] = {
+    "enabled": "true",
+    "maxConsecutiveFailures": "10",
+    "maxFailureRatio": "0.5",
+    "regionTimeout": "",
+    "regionAttempts": "2",
+    "retainEpochs": "100",
+}
+SETTING_KEYS = {k.lower(): k for k in DEFAULTS}  # lower-cased -> canonical spelling
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How epochs run and are decided; one resolved value per key."""
+
+    enabled: bool = True
+    max_consecutive_failures: int = 10
+    max_failure_ratio: float = 0.5
+    region_timeout_s: float | None = None
+    region_attempts: int = 2
+    retain_epochs: int = 100
+
+    @classmethod
+    def parse(cls, values: Mapping[str, str]) -> Settings:
+        """From canonical or lower-cased keys to typed values; a bad value is a clear error."""
+        opts = {k.lower(): str(v) for k, v in values.items()}
+        timeout = opts.get("regiontimeout", "").strip()
+        return cls(
+            enabled=parse_bool(opts, "enabled"),
+            max_consecutive_failures=parse_int(opts, "maxConsecutiveFailures", minimum=1),
+            max_failure_ratio=parse_ratio(opts, "maxFailureRatio"),
+            region_timeout_s=parse_duration("regionTimeout", timeout) if timeout else None,
+            region_attempts=parse_int(opts, "regionAttempts", minimum=1),
+            retain_epochs=parse_int(opts, "retainEpochs", minimum=1),
+        )
+
+    def all_or_nothing(self) -> Settings:
+        return replace(self, enabled=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Settings:
+        names = {f.name for f in fields(cls)}
+        missing = names - set(data)
+        if missing:
+            raise ValueError(f"settings lack {sorted(missing)}")
+        timeout = data["region_timeout_s"]
+        return cls(bool(data["enabled"]), int(data["max_consecutive_failures"]), float(data["max_failure_ratio"]),
+                   None if timeout is None else float(timeout), int(data["region_attempts"]),
+                   int(data["retain_epochs"]))
+
+
+def given_settings(options: Mapping[str, str]) -> dict[str, str]:
+    """The regional setting keys among one side's options, canonical spelling."""
+    return {SETTING_KEYS[k.lower()]: str(v) for k, v in options.items() if k.lower() in SETTING_KEYS}
+
+
+def conf_settings(conf: Mapping[str, str]) -> dict[str, str]:
+    """``spark.regional.X`` conf entries as setting keys (other ``spark.regional.*`` keys pass through)."""
+    out = {}
+    for key, value in conf.items():
+        if key.lower().startswith(CONF_PREFIX):
+            name = key[len(CONF_PREFIX):]
+            out[SETTING_KEYS.get(name.lower(), name)] = str(value)
+    return out
+
+
+def resolve_settings(conf: Mapping[str, str], read_options: Mapping[str, str],
+                     write_options: Mapping[str, str]) -> Settings:
+    """Defaults, then conf, then both sides' options; the same key with two values is refused."""
+    read, write = given_settings(read_options), given_settings(write_options)
+    conflicts = sorted(k for k in set(read) & set(write) if read[k].strip() != write[k].strip())
+    if conflicts:
+        k = conflicts[0]
+        raise RegionalConfigError(
+            f"{k} is given twice with different values: readStream .option('{k}', '{read[k]}') and writeStream "
+            f".option('{k}', '{write[k]}'). Give it once (either side), or the same value on both"
+        )
+    values = {**DEFAULTS, **{k: v for k, v in conf_settings(conf).items() if k in DEFAULTS}, **read, **write}
+    return Settings.parse(values)
+
+
+def parse_bool(opts: Mapping[str, str], key: str, default: str | None = None) -> bool:
+    value = _raw(opts, key, default).lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise RegionalConfigError(f"{key}={value!r} is not a boolean: use true or false")
+
+
+def parse_int(opts: Mapping[str, str], key: str, minimum: int, default: str | None = None) -> int:
+    value = _raw(opts, key, default)
+    try:
+        number = int(value)
+    except ValueError:
+        raise RegionalConfigError(f"{key}={value!r} is not a whole number") from None
+    if number < minimum:
+        raise RegionalConfigError(f"{key}={number} is too small: it must be at least {minimum}")
+    return number
+
+
+def parse_optional_int(opts: Mapping[str, str], key: str, minimum: int) -> int | None:
+    if not str(opts.get(key.lower(), "")).strip():
+        return None
+    return parse_int(opts, key, minimum)
+
+
+def parse_ratio(opts: Mapping[str, str], key: str) -> float:
+    value = _raw(opts, key)
+    try:
+        ratio = float(value)
+    except ValueError:
+        raise RegionalConfigError(f"{key}={value!r} is not a number between 0 and 1") from None
+    if not 0.0 <= ratio <= 1.0:
+        raise RegionalConfigError(f"{key}={ratio} must be between 0 and 1")
+    return ratio
+
+
+def _raw(opts: Mapping[str, str], key: str, default: str | None = None) -> str:
+    value = opts.get(key.lower())
+    if value is None:
+        value = DEFAULTS.get(key, "") if default is None else default
+    return str(value).strip()
+
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|milliseconds?|s|sec|seconds?|m|min|minutes?|h|hours?)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "s": 1.0, "sec": 1.0,
+                 "second": 1.0, "seconds": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
+                 "minutes": 60.0, "h": 3600.0, "hour": 3600.0, "hours": 3600.0}
+
+
+def parse_duration(key: str, value: str) -> float:
+    """``"30s"``, ``"500ms"``, ``"2 minutes"`` or a bare number of seconds, in seconds."""
+    match = _DURATION.match(value)
+    if not match:
+        raise RegionalConfigError(f"{key}={value!r} is not a duration: write e.g. '30s', '500ms' or '2 minutes'")
+    seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
+    if seconds <= 0:
+        raise RegionalConfigError(f"{key}={value!r} must be longer than zero")
+    return seconds

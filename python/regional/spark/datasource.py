@@ -1,0 +1,34 @@
+"""``spark.readStream.format("regional")`` and ``df.writeStream.format("regional")``."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, DataSourceStreamWriter
+from pyspark.sql.types import StructType
+
+from regional.inputs import load_input
+
+
+class RegionalDataSource(DataSource):
+    """``register()`` builds a subclass whose ``conf_defaults`` carry the session's ``spark.regional.*``
+    conf to wherever Spark builds the reader and writer."""
+
+    conf_defaults: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def name(cls) -> str:
+        return "regional"
+
+    def schema(self) -> str:
+        return load_input(self.options).schema_ddl
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from regional.spark.reader import RegionalStreamReader
+
+        return RegionalStreamReader(self.conf_defaults, self.options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from regional.spark.writer import RegionalStreamWriter
+
+        return RegionalStreamWriter(self.conf_defaults, self.options, schema)

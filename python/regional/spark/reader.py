@@ -1,0 +1,184 @@
+"""The regional source: plans each epoch on the driver, reads one region per task.
+
+Only regions with work get a Spark partition: partition i reads the plan's region i. Each range
+starts at the region's committed offset. The plan (Spark's ``offsets/N``) carries the query id and
+the resolved settings, and each partition carries what its task needs, so tasks never read the store.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from regional.errors import RegionalConfigError, RegionalStoreError
+from regional.inputs import load_input
+from regional.protocol.epoch import INITIAL_EPOCH, EpochPlan, initial_offset, plan_epoch
+from regional.protocol.settings import Settings, parse_optional_int, resolve_settings
+from regional.spark.task_files import TIMED_BATCH_ROWS, ReadReceipt, ReadStatus, SinkWatch, TaskFiles, TaskKey
+from regional.store import Store
+
+log = logging.getLogger("regional")
+
+# getDefaultReadLimit's ReadMaxRows when only maxRecordsPerRegion limits reading: no total cap.
+NO_TOTAL_LIMIT = 2**62
+
+
+@dataclass
+class RegionPartition(InputPartition):
+    query_id: str
+    epoch: int
+    index: int
+    region: str
+    start: int
+    end: int
+    split: Any
+    regional: bool  # settings.enabled: quarantine and cuts apply
+    region_attempts: int
+    region_timeout_s: float | None
+
+
+class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, conf: Mapping[str, str], options: Mapping[str, str]) -> None:
+        checkpoint = options.get("checkpointlocation")
+        if not checkpoint:
+            raise RegionalConfigError(
+                "the regional source needs the query's checkpoint location to find its store. With regional's "
+                "JVM shim loaded (see regional.register's warning), it takes writeStream's; without it, add "
+                ".option('checkpointLocation', <the same path as on writeStream>) to readStream"
+            )
+        self.conf, self.options = dict(conf), dict(options)
+        self.store = Store(checkpoint)
+        self.input = load_input(options)
+        self.max_per_region = parse_optional_int(options, "maxRecordsPerRegion", minimum=1)
+        self.max_per_trigger = parse_optional_int(options, "maxRecordsPerTrigger", minimum=1)
+        resolve_settings(conf, options, {})  # a bad value fails at start, not in a task
+        self.settings: Settings | None = None  # resolved once per run, at the first plan
+        self.available_now: dict[str, int] | None = None  # Trigger.AvailableNow: read up to here, then end
+        self.started_at = time.time()
+
+    # -- planning, on the driver ----------------------------------------------------------------
+
+    def resolved_settings(self) -> Settings:
+        """Defaults, conf, readStream's and writeStream's options (recorded by the listener at query start)."""
+        if self.settings is None:
+            written = self.store.read_write_options()
+            if written is None:
+                raise RegionalConfigError(
+                    f"writeStream's regional settings were not recorded at query start in {self.store.root}: "
+                    "call regional.register(spark) before starting the query (it adds the listener that records them)"
+                )
+            settings = resolve_settings(self.conf, self.options, written)
+            if not self.store.plan_allows_regional_epochs():
+                settings = settings.all_or_nothing()  # the JVM shim found an operator that mixes regions
+            self.settings = settings
+        return self.settings
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_per_trigger is not None or self.max_per_region is not None:
+            return ReadMaxRows(self.max_per_trigger or NO_TOTAL_LIMIT)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        latest = self.store.latest_record()
+        self.available_now = self.input.available(latest.epoch + 1 if latest else 0)
+
+    def initialOffset(self) -> dict[str, Any]:
+        return initial_offset(self.store.open_query(), str(self.store.checkpoint))
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        query_id = self.store.open_query()
+        previous = int(start.get("epoch", INITIAL_EPOCH))
+        if start.get("query_id") != query_id:
+            raise RegionalStoreError(
+                f"Spark's offset log belongs to regional query {start.get('query_id')} but the regional store at "
+                f"{self.store.root} to query {query_id}: the store was removed or replaced. Restore it, or start the "
+                "query on a new checkpointLocation"
+            )
+        epoch = previous + 1
+        record = self.store.latest_record(before=epoch)
+        if previous >= 0 and (record is None or record.epoch != previous):
+            raise RegionalStoreError(
+                f"Spark committed epoch {previous} but the regional store at {self.store.root} "
+                f"{'has no record' if record is None else f'ends at epoch {record.epoch}'}: the store was "
+                "removed or replaced. Restore it, or start the query on a new checkpointLocation"
+            )
+        stopping = self.store.final_epoch_requested_since(self.started_at)
+        if stopping and record is not None and record.whole:
+            return start  # a graceful stop got its final global epoch: start no other
+        per_region, total = self._limits(limit)
+        available = self.input.available(epoch)
+        if self.available_now is not None:
+            available = {r: min(n, self.available_now.get(r, 0)) for r, n in available.items()}
+        plan = plan_epoch(epoch, query_id, str(self.store.checkpoint), record.regions if record else {}, available,
+                          self.resolved_settings(), per_region, total,
+                          ends=self.available_now if self.available_now is not None else self.input.ends(),
+                          force_reason="a graceful stop asked for a final global epoch" if stopping else None)
+        if record is not None and record.fallen_back and plan.regions:
+            log.warning("regional: epoch %d retries %d fallen-back region(s): %s", epoch, len(record.fallen_back),
+                        ", ".join(sorted(record.fallen_back)[:5]))
+        # Nothing to read anywhere: hand Spark its own offset back, so no empty epoch runs
+        # (and a bounded query, or Trigger.AvailableNow, ends).
+        return plan.to_offset() if plan.regions else start
+
+    def _limits(self, limit: ReadLimit) -> tuple[int | None, int | None]:
+        """Spark's read limit: ReadAllAvailable ignores the options' limits, as pyspark documents."""
+        if isinstance(limit, ReadAllAvailable):
+            return None, None
+        if isinstance(limit, ReadMaxRows):
+            return self.max_per_region, None if limit.max_rows >= NO_TOTAL_LIMIT else limit.max_rows
+        raise RegionalConfigError(f"the regional source supports ReadAllAvailable and ReadMaxRows, not {limit}")
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        if start == end or end.get("epoch", INITIAL_EPOCH) == INITIAL_EPOCH:
+            return []
+        plan = EpochPlan.from_offset(end)
+        s = plan.settings
+        return [RegionPartition(plan.query_id, plan.epoch, i, r.region, r.start, r.end,
+                                self.input.split(r.region, r.start, r.end), s.enabled, s.region_attempts,
+                                s.region_timeout_s if s.enabled else None)
+                for i, r in enumerate(plan.regions)]
+
+    # -- reading, in the task -------------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, RegionPartition)
+        p = partition
+        files = TaskFiles(TaskKey.current())
+
+        def receipt(status: ReadStatus, end: int) -> None:
+            files.write_receipt(ReadReceipt(p.query_id, p.epoch, p.region, p.start, end, status, p.regional))
+
+        if p.regional and files.key.attempt >= p.region_attempts:
+            # Quarantine: earlier attempts failed upstream of the sink. Read nothing, so that
+            # this attempt succeeds and the epoch goes on without the region.
+            log.warning("regional: epoch %d region %r quarantined at attempt %d", p.epoch, p.region,
+                        files.key.attempt)
+            receipt(ReadStatus.QUARANTINED, p.start)
+            return
+        receipt(ReadStatus.READING, p.start)
+        if p.region_timeout_s is None:
+            yield from self.input.read(p.region, p.start, p.end, p.split)
+            receipt(ReadStatus.DONE, p.end)
+            return
+        # regionTimeout: stop reading when time is up; what was read is published (a prefix),
+        # the rest of the range moves to the next epoch.
+        watch = SinkWatch(files, p.region_timeout_s)
+        next_offset = p.start
+        for batch in self.input.read(p.region, p.start, p.end, p.split, batch_rows=TIMED_BATCH_ROWS):
+            if next_offset > p.start and watch.expired():
+                receipt(ReadStatus.CUT, next_offset)
+                return
+            yield batch
+            if batch.num_rows:
+                next_offset = int(batch.column("offset")[-1].as_py()) + 1
+        receipt(ReadStatus.DONE, p.end)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: the sink's epoch record, not Spark's commit, moves a region's offset."""

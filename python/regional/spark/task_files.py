@@ -1,0 +1,144 @@
+"""What the source and the sink of one task tell each other, through executor-local files.
+
+Tasks never touch the store (the checkpoint need not be reachable from executors). The source and
+the sink of one task run in two Python workers of the same executor and see the same task: the
+same ``taskAttemptId``, the same local properties, the same ``SPARK_LOCAL_DIRS`` (checked on Spark
+4.2). So they share facts through files under the executor's local directory, keyed by
+(query, epoch, partition, attempt, task attempt id):
+
+- the **read receipt**, written by the source: what it read, ``[start, end)``, and whether it
+  finished, was cut at ``regionTimeout``, or quarantined the region. The sink reads it after its
+  input ends (the source writes its last receipt before its last rows leave the worker) and puts
+  it in its commit message. No receipt, or an unfinished one, makes the region fall back.
+- the **receiving marker**, written by the sink on its first rows: the source's ``regionTimeout``
+  clock starts then (Python workers between source and sink take a second or more to start).
+
+Spark removes the executor's local directories when the executor stops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from enum import Enum
+from pathlib import Path
+
+from pyspark import TaskContext
+
+from regional.ids import encode_region
+
+
+class ReadStatus(str, Enum):
+    READING = "reading"  # started; not an account of what was read
+    DONE = "done"  # read the whole planned range
+    CUT = "cut"  # stopped at regionTimeout: [start, end) is a prefix of the range
+    QUARANTINED = "quarantined"  # the attempt numbered regionAttempts: read nothing
+
+
+@dataclass(frozen=True)
+class ReadReceipt:
+    query_id: str
+    epoch: int
+    region: str
+    start: int
+    end: int  # exclusive end of what was read
+    status: ReadStatus
+    regional: bool  # the plan's settings allow regional epochs (else target failures fail the query)
+
+    def to_json(self) -> str:
+        return json.dumps({**asdict(self), "status": self.status.value})
+
+    @classmethod
+    def from_json(cls, text: str) -> ReadReceipt:
+        d = json.loads(text)
+        return cls(str(d["query_id"]), int(d["epoch"]), str(d["region"]), int(d["start"]), int(d["end"]),
+                   ReadStatus(d["status"]), bool(d["regional"]))
+
+
+@dataclass(frozen=True)
+class TaskKey:
+    spark_query_id: str
+    epoch: int
+    partition: int
+    attempt: int
+    task_attempt_id: int
+
+    @classmethod
+    def current(cls) -> TaskKey:
+        ctx = TaskContext.get()
+        if ctx is None:
+            raise RuntimeError("regional: no TaskContext; this runs only inside a Spark task")
+        return cls(ctx.getLocalProperty("sql.streaming.queryId") or "unknown",
+                   int(ctx.getLocalProperty("streaming.sql.batchId") or -1),
+                   ctx.partitionId(), ctx.attemptNumber(), ctx.taskAttemptId())
+
+
+class TaskFiles:
+    """The files of one task attempt."""
+
+    def __init__(self, key: TaskKey) -> None:
+        self.key = key
+        directory = _local_root() / encode_region(key.spark_query_id) / str(key.epoch)
+        stem = f"p{key.partition}-a{key.attempt}-t{key.task_attempt_id}"
+        self.receipt_path = directory / f"{stem}.receipt"
+        self.receiving_path = directory / f"{stem}.receiving"
+
+    def write_receipt(self, receipt: ReadReceipt) -> None:
+        self.receipt_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.receipt_path.parent / f".{self.receipt_path.name}.{uuid.uuid4().hex}"
+        tmp.write_text(receipt.to_json(), encoding="utf-8")
+        os.replace(tmp, self.receipt_path)
+
+    def read_receipt(self) -> ReadReceipt | None:
+        try:
+            return ReadReceipt.from_json(self.receipt_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError):
+            return None  # unreadable: no account of what was read
+
+    def mark_receiving(self) -> None:
+        self.receiving_path.parent.mkdir(parents=True, exist_ok=True)
+        self.receiving_path.touch()
+
+    def receiving(self) -> bool:
+        return self.receiving_path.exists()
+
+    def remove(self) -> None:
+        self.receipt_path.unlink(missing_ok=True)
+        self.receiving_path.unlink(missing_ok=True)
+
+
+def _local_root() -> Path:
+    dirs = [d for d in os.environ.get("SPARK_LOCAL_DIRS", "").split(",") if d]
+    return Path(dirs[0] if dirs else tempfile.gettempdir()) / "regional-tasks"
+
+
+# With regionTimeout the source reads in batches this small: the clock is checked between them.
+TIMED_BATCH_ROWS = 100
+
+
+class SinkWatch:
+    """The source's ``regionTimeout`` deadline: ``timeout`` after the sink received its first rows; if it
+    receives none (still starting, or the query filters out everything read so far), the source gives up
+    ``timeout + startup_grace`` after it started reading.
+
+    Measured on Spark 4.2: the source cannot wait for the sink to catch up. With a Python UDF between them,
+    one task thread moves rows source -> UDF -> sink, so what is already in the buffers between them when the
+    deadline passes is still processed and published."""
+
+    def __init__(self, files: TaskFiles, timeout: float, startup_grace: float = 10.0) -> None:
+        self.files = files
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout + startup_grace
+        self._started = False
+
+    def expired(self) -> bool:
+        if not self._started and self.files.receiving():
+            self._started = True
+            self.deadline = time.monotonic() + self.timeout
+        return time.monotonic() >= self.deadline

@@ -1,0 +1,231 @@
+"""The regional sink: stage in each task (phase one), decide and publish on the driver (phase two).
+
+``write`` runs in the task of one region: it checks that the task holds one region in offset order,
+lets the target stage the slice, and returns a commit message that says what the source read (its
+read receipt), what reached the target, and the status. A failure of the target becomes a ``failed``
+status, not an exception, so the epoch goes on without the region. ``commit`` hands the messages to
+``protocol.epoch.commit_epoch``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from regional.errors import RegionalConfigError, RegionalPlanError
+from regional.protocol.epoch import Status, TaskOutcome, commit_epoch
+from regional.protocol.settings import given_settings, parse_bool
+from regional.spark.offset_log import read_plan
+from regional.spark.task_files import ReadStatus, TaskFiles, TaskKey
+from regional.store import Store
+from regional.targets.base import MIXED_REGIONS, QUERY_ID_OPTION, Target, chain_first, load_target
+
+log = logging.getLogger("regional")
+
+REGION_COLUMNS = ("region", "offset")
+
+
+@dataclass
+class RegionalCommitMessage(WriterCommitMessage):
+    outcome: TaskOutcome
+
+
+class _Upstream(Exception):
+    """Raised through the target when the rows themselves fail (a UDF, the source, a plan check):
+    that is not the target's failure and must fail the task."""
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(repr(original))
+        self.original = original
+
+
+class SliceGuard:
+    """Watches the rows of one task on their way to the target."""
+
+    def __init__(self, partition: int, keep_region_columns: bool, on_first_rows: Callable[[], None] | None = None,
+                 mixed: bool = False) -> None:
+        self.partition = partition
+        self.keep = keep_region_columns
+        self.mixed = mixed  # an all-or-nothing query whose plan moves rows between tasks
+        self.region_rows: dict[str, int] = {}  # in a mixed task: rows per region
+        self.on_first_rows = on_first_rows
+        self.region: str | None = None
+        self.first_offset: int | None = None
+        self.last_offset: int | None = None
+        self.rows = 0
+        self.error: _Upstream | None = None
+
+    def batches(self, upstream: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        while True:
+            try:
+                batch = next(upstream)
+                if batch.num_rows == 0:
+                    continue
+                self._check(batch)
+            except StopIteration:
+                return
+            except BaseException as exc:
+                self.error = _Upstream(exc)
+                raise self.error from None
+            yield batch if self.keep else batch.drop_columns(list(REGION_COLUMNS))
+
+    def _check(self, batch: pa.RecordBatch) -> None:
+        regions = batch.column("region")
+        if regions.null_count:
+            raise RegionalPlanError("a row reached the regional sink with a null 'region'")
+        if self.mixed:
+            for item in pc.value_counts(regions).to_pylist():
+                self.region_rows[item["values"]] = self.region_rows.get(item["values"], 0) + item["counts"]
+            self.rows += batch.num_rows
+            return
+        if self.region is None:
+            self.region = regions[0].as_py()
+        if not pc.all(pc.equal(regions, self.region)).as_py():
+            others = sorted({r for r in pc.unique(regions).to_pylist() if r != self.region}, key=str)[:3]
+            raise RegionalPlanError(
+                f"sink task {self.partition} received rows of region {self.region!r} and of {others}: "
+                "an operator between the regional source and sink (repartition, coalesce, join with a shuffle) "
+                "mixes regions. Remove it, or set spark.regional.enabled=false"
+            )
+        offsets = batch.column("offset").to_numpy(zero_copy_only=False)
+        previous = self.last_offset if self.last_offset is not None else -1
+        if offsets[0] <= previous or (len(offsets) > 1 and not np.all(offsets[1:] > offsets[:-1])):
+            raise RegionalPlanError(
+                f"sink task {self.partition}: region {self.region!r} arrived out of offset order; "
+                "an operator between the regional source and sink reorders rows (sort, shuffle). Remove it"
+            )
+        if self.first_offset is None:
+            self.first_offset = int(offsets[0])
+            if self.on_first_rows is not None:
+                self.on_first_rows()
+        self.last_offset = int(offsets[-1])
+        self.rows += len(offsets)
+
+
+class RegionalStreamWriter(DataSourceStreamArrowWriter):
+    """Built on the driver for every epoch (and pickled into its tasks)."""
+
+    def __init__(self, conf: Mapping[str, str], options: Mapping[str, str], schema: StructType) -> None:
+        missing = [c for c in REGION_COLUMNS if c not in schema.fieldNames()]
+        if missing:
+            raise RegionalConfigError(
+                f"the regional sink needs the columns 'region' and 'offset' of the regional source, "
+                f"and the query drops {missing}: keep them in your select(...) (they are not written to "
+                "the target unless keepRegionColumns=true)"
+            )
+        checkpoint = options.get("checkpointlocation")
+        if not checkpoint:
+            raise RegionalConfigError("the regional sink needs .option('checkpointLocation', ...) on writeStream")
+        store = Store(checkpoint)
+        self.checkpoint = str(store.checkpoint)
+        self.query_id = store.open_query()
+        # The JVM shim's plan check at query start: a plan that mixes regions runs all-or-nothing.
+        self.mixed = not store.plan_allows_regional_epochs()
+        self.keep_region_columns = parse_bool(options, "keepRegionColumns", default="false")
+        self.target_options = {**{k.lower(): str(v) for k, v in options.items()}, QUERY_ID_OPTION: self.query_id}
+        load_target(self.target_options)  # a bad target fails at start, not in a task
+        given = given_settings(options)
+        if store.read_write_options() != given:
+            # Not recorded at query start (no listener): record them now; the next planned epoch uses them.
+            log.warning("regional: writeStream's regional settings %s were not recorded when the query started "
+                        "(call regional.register(spark) first); they apply from the next planned epoch", given)
+            store.record_write_options("writer", given)
+
+    def _target(self) -> Target:
+        return load_target(self.target_options)
+
+    # -- phase one, in the task ------------------------------------------------------------------
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> RegionalCommitMessage:
+        key = TaskKey.current()
+        files = TaskFiles(key)
+        guard = SliceGuard(key.partition, self.keep_region_columns, files.mark_receiving, self.mixed)
+        batches = guard.batches(iterator)
+        try:
+            first = next(batches, None)
+        except _Upstream as up:
+            raise up.original from None
+        if first is None:
+            return RegionalCommitMessage(self._outcome(key, files, guard, None))
+        label = MIXED_REGIONS if self.mixed else guard.region
+        assert label is not None
+        try:
+            handle = self._target().prepare(key.epoch, label, chain_first(first, batches))
+            leftover = sum(b.num_rows for b in batches)  # rows the target did not take
+        except _Upstream as up:
+            raise up.original from None
+        except Exception as exc:
+            if guard.error is not None:
+                raise guard.error.original from None
+            if not self._regional(files):
+                raise  # all-or-nothing: the target's error fails the query, as in plain Spark
+            return RegionalCommitMessage(self._failed(key, files, guard, exc))
+        if guard.error is not None:  # the target swallowed an upstream failure
+            raise guard.error.original from None
+        if leftover:
+            exc = RuntimeError(f"the target returned from prepare() with {leftover} rows not consumed")
+            if not self._regional(files):
+                raise exc
+            return RegionalCommitMessage(self._failed(key, files, guard, exc, handle))
+        return RegionalCommitMessage(self._outcome(key, files, guard, handle))
+
+    def _regional(self, files: TaskFiles) -> bool:
+        receipt = files.read_receipt()
+        return not self.mixed and (receipt is None or receipt.regional)
+
+    def _outcome(self, key: TaskKey, files: TaskFiles, guard: SliceGuard, handle: Any) -> TaskOutcome:
+        """What the source read (its receipt) and what the target staged, as one explicit outcome."""
+        if self.mixed:
+            return TaskOutcome(key.partition, key.attempt, Status.WRITTEN, self.query_id, rows=guard.rows,
+                               handle=handle, region_rows=guard.region_rows)
+        receipt = files.read_receipt()
+        files.remove()
+        base = TaskOutcome(key.partition, key.attempt, Status.MISSING, handle=handle, rows=guard.rows,
+                           region=guard.region, first_offset=guard.first_offset, last_offset=guard.last_offset)
+        if receipt is None or receipt.status is ReadStatus.READING:
+            return replace(base, reason="no finished read receipt from this task's source (its worker died, or an "
+                                      "operator between source and sink moved rows between tasks)")
+        region = guard.region or receipt.region
+        if receipt.status is ReadStatus.QUARANTINED:
+            if guard.rows:
+                return replace(base, reason="the source quarantined the region but rows reached the sink")
+            return replace(base, status=Status.QUARANTINED, query_id=receipt.query_id, region=region,
+                         start=receipt.start, end=receipt.start,
+                         reason=f"quarantined: {key.attempt} attempts failed upstream of the sink")
+        return replace(base, status=Status.WRITTEN, query_id=receipt.query_id, region=region, start=receipt.start,
+                     end=receipt.end)
+
+    def _failed(self, key: TaskKey, files: TaskFiles, guard: SliceGuard, exc: BaseException,
+                handle: Any = None) -> TaskOutcome:
+        files.remove()
+        text = str(exc).strip()
+        reason = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:500]
+        log.warning("regional: epoch %d region %r failed in the target: %s", key.epoch, guard.region, reason)
+        return TaskOutcome(key.partition, key.attempt, Status.FAILED, region=guard.region, rows=guard.rows,
+                           first_offset=guard.first_offset, last_offset=guard.last_offset, handle=handle,
+                           reason=reason)
+
+    # -- phase two, on the driver ------------------------------------------------------------------
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        store = Store(self.checkpoint)
+        plan = read_plan(store.checkpoint, batchId)
+        if plan.epoch != batchId:
+            raise RegionalPlanError(f"Spark's batch {batchId} carries the regional plan of epoch {plan.epoch}")
+        tasks = [m.outcome if isinstance(m, RegionalCommitMessage) else None for m in messages]
+        commit_epoch(plan, tasks, store, self._target(), mixed=self.mixed)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        handles = {f"#{m.outcome.partition}": m.outcome.handle for m in messages
+                   if isinstance(m, RegionalCommitMessage) and m.outcome.handle is not None}
+        if handles:
+            self._target().abort(batchId, handles)
+

@@ -1,0 +1,261 @@
+"""The regional store of one query: ``<checkpointLocation>/regional/``. Only the driver touches it.
+
+Layout (every file in the format of ``store.files``: versioned, checksummed, atomic):
+
+    query.json             the query id, created with the store
+    epochs/<epoch>.json    one record per decided epoch, holding every region's state after it
+    intents/<epoch>.json   the write-ahead intent of phase two (decision and handles), written
+                           before anything is published
+    write-options.json     writeStream's regional settings, recorded by the listener at query start
+    final-epoch-request.json
+                           a graceful stop asks for a final global epoch
+    referenced-epochs      the live ref_epochs: the JVM shim keeps Spark's offsets/N and
+                           commits/N of these through Spark's log purge
+    query-plan.json        written by the JVM shim at query start: whether the plan
+                           between source and sink allows regional epochs
+    failures/<epoch>/<partition>-<attempt>.json
+                           written by the JVM shim: why a task attempt failed
+
+Region ids live only inside the JSON, never in a path. Files whose names start
+with ``.`` are temporaries of an interrupted write and are ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+from regional.errors import RegionalConfigError, RegionalStoreError
+from regional.store import files
+from regional.store.model import EpochRecord, Intent, QueryPlanCheck, RegionState, TaskFailure
+
+STORE_DIR = "regional"
+
+
+def local_path(location: str) -> Path:
+    """A checkpoint location as a local path (``file:`` URIs accepted)."""
+    if location.startswith("file://"):
+        location = location[len("file://"):]
+    elif location.startswith("file:"):
+        location = location[len("file:"):]
+    elif "://" in location:
+        raise RegionalConfigError(
+            f"checkpointLocation {location!r} is not on the local file system; "
+            "regional stores its metadata with local file operations: use a local or mounted path"
+        )
+    return Path(os.path.abspath(location))
+
+
+class Store:
+    """Reads and writes one query's regional store (on the driver, or from the CLI)."""
+
+    def __init__(self, checkpoint_location: str | os.PathLike[str]) -> None:
+        self.checkpoint = local_path(os.fspath(checkpoint_location))
+        self.root = self.checkpoint / STORE_DIR
+        self._query = self.root / "query.json"
+        self._epochs = self.root / "epochs"
+        self._intents = self.root / "intents"
+        self._write_options = self.root / "write-options.json"
+        self._final_request = self.root / "final-epoch-request.json"
+        self._referenced = self.root / "referenced-epochs"
+        self._query_plan = self.root / "query-plan.json"
+        self._failures = self.root / "failures"
+
+    def __repr__(self) -> str:
+        return f"Store({str(self.checkpoint)!r})"
+
+    # -- the query id ----------------------------------------------------------
+
+    def query_id(self) -> str | None:
+        data = files.read(self._query, "query")
+        if data is None:
+            return None
+        try:
+            return str(uuid.UUID(str(data["query_id"])))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise files.corrupt(self._query, f"no valid query_id ({exc})") from None
+
+    def open_query(self) -> str:
+        """The query id, created with the store on first use. A store that has epochs but no
+        query id was damaged: that is an error, not a new query."""
+        existing = self.query_id()
+        if existing is not None:
+            return existing
+        if self.epochs() or _numbered_files(self._intents):
+            raise RegionalStoreError(
+                f"the regional store at {self.root} has epoch records but no {self._query.name}: it was damaged. "
+                "Restore the file from a backup, or start the query on a new checkpointLocation"
+            )
+        files.create_exclusive(self._query, "query", {"query_id": str(uuid.uuid4()), "created_at": time.time()})
+        created = self.query_id()
+        assert created is not None
+        return created
+
+    # -- epoch records -----------------------------------------------------------
+
+    def epochs(self) -> list[int]:
+        """Epoch numbers that have a record, ascending."""
+        return _numbered_files(self._epochs)
+
+    def read_record(self, epoch: int) -> EpochRecord | None:
+        path = self._epochs / _name(epoch)
+        data = files.read(path, "epoch")
+        if data is None:
+            return None
+        try:
+            record = EpochRecord.from_json(data)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise files.corrupt(path, f"{type(exc).__name__}: {exc}") from None
+        if record.epoch != epoch:
+            raise files.corrupt(path, f"it records epoch {record.epoch}")
+        return record
+
+    def latest_record(self, before: int | None = None) -> EpochRecord | None:
+        """The newest record (below epoch ``before``, if given)."""
+        for epoch in reversed(self.epochs()):
+            if before is None or epoch < before:
+                return self.read_record(epoch)
+        return None
+
+    def region_states(self, before: int | None = None) -> dict[str, RegionState]:
+        record = self.latest_record(before)
+        return dict(record.regions) if record else {}
+
+    def records(self) -> list[EpochRecord]:
+        return [r for e in self.epochs() if (r := self.read_record(e)) is not None]
+
+    def write_record(self, record: EpochRecord) -> None:
+        # The references first: once the record exists, Spark's purge must already see them.
+        referenced = sorted({s.ref_epoch for s in record.regions.values() if s.ref_epoch is not None} - {-1})
+        files.write(self._referenced, "referenced-epochs", referenced)
+        files.write(self._epochs / _name(record.epoch), "epoch", record.to_json())
+
+    def referenced_epochs(self) -> list[int]:
+        """The epochs whose Spark offset-log entries the JVM shim keeps (see ``write_record``)."""
+        data = files.read(self._referenced, "referenced-epochs")
+        return [int(e) for e in data] if data is not None else []
+
+    # -- intents -------------------------------------------------------------------
+
+    def read_intent(self, epoch: int) -> Intent | None:
+        path = self._intents / _name(epoch)
+        data = files.read(path, "intent")
+        if data is None:
+            return None
+        try:
+            intent = Intent.from_json(data)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            raise files.corrupt(path, f"{type(exc).__name__}: {exc}") from None
+        if intent.record.epoch != epoch:
+            raise files.corrupt(path, f"it holds the intent of epoch {intent.record.epoch}")
+        return intent
+
+    def write_intent(self, epoch: int, intent: Intent) -> None:
+        files.write(self._intents / _name(epoch), "intent", intent.to_json())
+
+    # -- writeStream's settings, recorded at query start ----------------------------
+
+    def record_write_options(self, run_id: str, options: Mapping[str, str]) -> None:
+        files.write(self._write_options, "write-options",
+                    {"run_id": run_id, "options": dict(options), "recorded_at": time.time()})
+
+    def read_write_options(self) -> dict[str, str] | None:
+        """writeStream's regional settings as recorded at the latest query start; None if never recorded."""
+        data = files.read(self._write_options, "write-options")
+        if data is None:
+            return None
+        try:
+            return {str(k): str(v) for k, v in data["options"].items()}
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise files.corrupt(self._write_options, f"{type(exc).__name__}: {exc}") from None
+
+    # -- written by the JVM shim ------------------------------------------------------
+
+    def read_query_plan(self) -> QueryPlanCheck | None:
+        """The shim's plan check of the current run; None without the shim."""
+        data = files.read(self._query_plan, "query-plan")
+        if data is None:
+            return None
+        try:
+            return QueryPlanCheck(bool(data["regional_epochs"]), data.get("operator"), data.get("reason"))
+        except (KeyError, TypeError) as exc:
+            raise files.corrupt(self._query_plan, f"{type(exc).__name__}: {exc}") from None
+
+    def plan_allows_regional_epochs(self) -> bool:
+        """False when the shim found an operator that mixes regions between tasks (all-or-nothing epochs)."""
+        check = self.read_query_plan()
+        return check is None or check.regional_epochs
+
+    def read_failures(self, epoch: int) -> dict[int, list[TaskFailure]]:
+        """Failed task attempts of ``epoch`` by partition, oldest attempt first."""
+        failures: dict[int, list[TaskFailure]] = {}
+        directory = self._failures / str(epoch)
+        for path in sorted(directory.glob("[0-9]*-[0-9]*.json")) if directory.is_dir() else ():
+            data = files.read(path, "failure")
+            if data is None:
+                continue
+            try:
+                failure = TaskFailure(int(data["partition"]), int(data["attempt"]), str(data["executor"]),
+                                      str(data["exception_class"]), str(data["message"]))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise files.corrupt(path, f"{type(exc).__name__}: {exc}") from None
+            failures.setdefault(failure.partition, []).append(failure)
+        return {p: sorted(fs, key=lambda f: f.attempt) for p, fs in failures.items()}
+
+    # -- graceful stop -------------------------------------------------------------------
+
+    def request_final_epoch(self, after_epoch: int) -> None:
+        files.write(self._final_request, "final-epoch-request", {"after_epoch": after_epoch,
+                                                                 "requested_at": time.time()})
+
+    def final_epoch_requested_since(self, since: float) -> bool:
+        """A graceful stop asked for a final global epoch at or after ``since`` (a stale request
+        left by a driver that died while stopping is ignored by the next run)."""
+        data = files.read(self._final_request, "final-epoch-request")
+        return data is not None and float(data.get("requested_at", 0)) >= since
+
+    def clear_final_epoch_request(self) -> None:
+        self._final_request.unlink(missing_ok=True)
+
+    # -- retention -------------------------------------------------------------------------
+
+    def prune(self, retain_epochs: int) -> None:
+        """Drop records beyond the newest ``retain_epochs`` unless a live ``ref_epoch`` needs them,
+        intents of recorded epochs, and the shim's failure records of recorded epochs."""
+        epochs = self.epochs()
+        if not epochs:
+            return
+        latest = self.read_record(epochs[-1])
+        assert latest is not None
+        referenced = {s.ref_epoch for s in latest.regions.values() if s.ref_epoch is not None}
+        for epoch in epochs[:-retain_epochs]:
+            if epoch not in referenced:
+                (self._epochs / _name(epoch)).unlink(missing_ok=True)
+        for epoch in _numbered_files(self._intents):
+            if epoch <= epochs[-1]:
+                (self._intents / _name(epoch)).unlink(missing_ok=True)
+        for per_epoch in self._failures.glob("[0-9]*"):
+            if per_epoch.name.isdigit() and int(per_epoch.name) <= epochs[-1]:
+                shutil.rmtree(per_epoch, ignore_errors=True)
+
+
+def _name(epoch: int) -> str:
+    return f"{epoch:012d}.json"
+
+
+def _numbered_files(directory: Path) -> list[int]:
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    numbers = []
+    for name in names:
+        stem, _dot, ext = name.partition(".")
+        if not name.startswith(".") and ext == "json" and stem.isdigit():
+            numbers.append(int(stem))
+    return sorted(numbers)
+

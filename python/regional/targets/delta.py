@@ -1,0 +1,158 @@
+"""``target=delta``, ``path=<table>``: parquet staged per region, one Delta transaction per epoch.
+
+Phase one (task): the region's rows go to a parquet file under
+``<table>/_regional_staging/<query id>/e<epoch>/`` (a hidden directory: readers never see it).
+Phase two (driver): the committed regions' files move into the table directory and one Delta
+transaction adds them, carrying the application transaction ``(regional-<query id>, epoch)`` and
+the regional report in its commit info. Idempotency is checked, not assumed: the table's transaction
+version for the app id is read first, and an epoch at or below it is not committed again (delta-rs
+does not skip duplicates by itself). Whatever is left in the staging directory for a recorded epoch
+will never be published: ``sweep`` removes it.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from regional.errors import RegionalConfigError, RegionalStoreError
+from regional.ids import encode_region
+from regional.targets.base import QUERY_ID_OPTION, EpochReport, RegionalTarget, chain_first
+
+STAGING_DIR = "_regional_staging"
+_EPOCH_DIR = re.compile(r"^e(\d+)$")
+
+
+def create(options: dict[str, str]) -> DeltaTarget:
+    return DeltaTarget(options)
+
+
+class DeltaTarget(RegionalTarget):
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        path = options.get("path")
+        if not path:
+            raise RegionalConfigError("target=delta needs the table location: add .option('path', '/table/dir')")
+        self.table = Path(os.path.abspath(path.removeprefix("file://").removeprefix("file:")))
+        query_id = options.get(QUERY_ID_OPTION)
+        if not query_id:
+            raise RegionalConfigError("target=delta needs the query id of the regional store (internal option "
+                                      f"{QUERY_ID_OPTION!r}); build it through the regional sink")
+        self.query_id = query_id
+        self.app_id = f"regional-{query_id}"
+        self.staging = self.table / STAGING_DIR / query_id
+
+    # -- phase one, in the task -----------------------------------------------------------
+
+    def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> dict[str, Any] | None:
+        first = next(batches, None)
+        if first is None:
+            return None
+        directory = self.staging / f"e{epoch}"
+        directory.mkdir(parents=True, exist_ok=True)
+        name = f"part-{self.query_id[:8]}-e{epoch:08d}-{encode_region(region)}-{uuid.uuid4().hex[:12]}.parquet"
+        path = directory / name
+        rows = 0
+        try:
+            with pq.ParquetWriter(path, first.schema, compression="snappy") as writer:
+                for batch in chain_first(first, batches):
+                    writer.write_batch(batch)
+                    rows += batch.num_rows
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return {"name": name, "size": path.stat().st_size, "rows": rows,
+                "schema": base64.b64encode(first.schema.serialize().to_pybytes()).decode("ascii")}
+
+    # -- phase two, on the driver ------------------------------------------------------------
+
+    def commit(self, epoch: int, handles: dict[str, Any], report: EpochReport | None = None) -> None:
+        from deltalake import CommitProperties, DeltaTable, Transaction
+        from deltalake.transaction import AddAction
+
+        staged = [h for h in handles.values() if h is not None]
+        for handle in staged:  # into the table directory; a re-run finds them moved already
+            self._move_into_table(epoch, handle)
+        table = self._open()
+        if table is None:
+            if not staged:
+                return
+            schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(staged[0]["schema"])))
+            table = DeltaTable.create(str(self.table), schema, mode="ignore")
+        table.update_incremental()
+        done = table.transaction_version(self.app_id)
+        if done is not None and done >= epoch:
+            return  # published before a crash: publish nothing twice
+        now = int(time.time() * 1000)
+        adds = [AddAction(h["name"], int(h["size"]), {}, now, True, f'{{"numRecords":{int(h["rows"])}}}')
+                for h in staged]
+        table.create_write_transaction(
+            adds, mode="append", schema=table.schema(),
+            commit_properties=CommitProperties(
+                custom_metadata={"regional": _report_metadata(epoch, self.query_id, report)},
+                app_transactions=[Transaction(self.app_id, epoch)],
+            ),
+        )
+
+    def abort(self, epoch: int, handles: dict[str, Any]) -> None:
+        for handle in handles.values():
+            if handle is not None:
+                (self.staging / f"e{epoch}" / handle["name"]).unlink(missing_ok=True)
+
+    def published(self, epoch: int) -> bool:
+        table = self._open()
+        if table is None:
+            return False
+        done = table.transaction_version(self.app_id)
+        return done is not None and done >= epoch
+
+    def sweep(self, up_to_epoch: int) -> None:
+        """Remove staged files of epochs up to ``up_to_epoch``: their epochs are recorded, so what was
+        published has moved into the table and what is left (dead tasks, discarded slices) never will."""
+        for entry in self.staging.iterdir() if self.staging.is_dir() else ():
+            match = _EPOCH_DIR.match(entry.name)
+            if match and int(match.group(1)) <= up_to_epoch:
+                shutil.rmtree(entry, ignore_errors=True)
+
+    def _move_into_table(self, epoch: int, handle: dict[str, Any]) -> None:
+        staged, final = self.staging / f"e{epoch}" / handle["name"], self.table / handle["name"]
+        if staged.exists():
+            os.replace(staged, final)
+        elif not final.exists():
+            raise RegionalStoreError(
+                f"the staged file {staged} of epoch {epoch} is gone before it was published (was the table's "
+                "staging directory cleaned by hand?); its rows cannot be published. Restore it, or start a new "
+                "checkpointLocation"
+            )
+
+    def _open(self) -> Any:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            return DeltaTable(str(self.table))
+        except TableNotFoundError:
+            return None
+
+
+def _report_metadata(epoch: int, query_id: str, report: EpochReport | None) -> dict[str, Any]:
+    if report is None:
+        return {"epoch": epoch, "query_id": query_id}
+    return {
+        "epoch": epoch,
+        "query_id": query_id,
+        "kind": report.kind,
+        "committed": {r: {"start": s, "end": e, "rows": report.rows.get(r, 0)}
+                      for r, (s, e) in report.committed.items()},
+        "fallen_back": {r: {"ref_epoch": ref, "reason": why} for r, (ref, why) in report.fallen_back.items()},
+    }

@@ -1,0 +1,48 @@
+"""Shared by the unit tests: a real Python target kept in memory, and task outcomes for a plan."""
+
+from __future__ import annotations
+
+from regional.protocol.epoch import EpochPlan, Status, TaskOutcome
+
+QUERY = "00000000-0000-4000-8000-000000000001"
+
+
+class MemoryTarget:
+    """A two-phase target that keeps what it published in memory and publishes an epoch at most once."""
+
+    def __init__(self, options=None):
+        self.commits: dict[int, dict] = {}
+        self.aborted: list = []
+        self.fail_commit = False
+
+    def prepare(self, epoch, region, batches):
+        raise AssertionError("not used here")
+
+    def commit(self, epoch, handles):
+        if self.fail_commit:
+            raise RuntimeError("target down")
+        self.commits.setdefault(epoch, dict(handles))
+
+    def abort(self, epoch, handles):
+        self.aborted.append((epoch, dict(handles)))
+
+    def published(self, epoch):
+        return epoch in self.commits
+
+
+def tasks_for(plan: EpochPlan, failing=(), quarantined=(), cut=None, attempt=0, query_id=None):
+    """One outcome per planned region: written whole, unless failing, quarantined or cut ({region: end})."""
+    cut = cut or {}
+    out = []
+    for i, r in enumerate(plan.regions):
+        qid = query_id or plan.query_id
+        if r.region in failing:
+            out.append(TaskOutcome(i, attempt, Status.FAILED, region=r.region, reason="boom"))
+        elif r.region in quarantined:
+            out.append(TaskOutcome(i, attempt, Status.QUARANTINED, qid, r.region, r.start, r.start,
+                                   reason="quarantined"))
+        else:
+            end = cut.get(r.region, r.end)
+            out.append(TaskOutcome(i, attempt, Status.WRITTEN, qid, r.region, r.start, end, end - r.start,
+                                   r.start, end - 1, f"{r.region}@{r.start}-{end}#{attempt}"))
+    return out

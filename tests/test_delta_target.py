@@ -1,0 +1,92 @@
+"""The Delta target against a real Delta table on disk (deltalake; no Spark needed)."""
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from regional.errors import RegionalConfigError, RegionalStoreError
+from regional.targets import EpochReport, load_target
+from regional.targets.delta import STAGING_DIR, DeltaTarget
+from support import QUERY
+
+
+def batches(region, start, n):
+    yield pa.record_batch({"value": [f"{region}-{i}" for i in range(start, start + n)]})
+
+
+def target(tmp_path, query=QUERY):
+    return load_target({"target": "delta", "path": str(tmp_path / "t"), "queryid": query})
+
+
+def test_one_transaction_per_epoch_and_never_twice(tmp_path):
+    t = target(tmp_path)
+    handles = {r: t.prepare(5, r, batches(r, 0, 3)) for r in ("a", "b")}
+    report = EpochReport(5, "regional", {"a": (0, 3), "b": (0, 3)}, {"c": (4, "down")}, {"a": 3, "b": 3})
+    assert not t.published(5)
+    t.commit(5, handles, report)
+    table = DeltaTable(str(tmp_path / "t"))
+    assert table.transaction_version(f"regional-{QUERY}") == 5 and t.published(5)
+    versions = table.version()
+    t.commit(5, handles, report)  # a re-run after a crash: the files have moved already
+    t.commit(4, {"a": t.prepare(4, "a", batches("a", 9, 1))}, None)  # an older epoch: already covered
+    table = DeltaTable(str(tmp_path / "t"))
+    assert table.version() == versions
+    assert sorted(table.to_pyarrow_table().column("value").to_pylist()) == ["a-0", "a-1", "a-2",
+                                                                            "b-0", "b-1", "b-2"]
+    meta = [h["regional"] for h in table.history() if "regional" in h]
+    assert meta == [{"epoch": 5, "query_id": QUERY, "kind": "regional",
+                     "committed": {"a": {"start": 0, "end": 3, "rows": 3}, "b": {"start": 0, "end": 3, "rows": 3}},
+                     "fallen_back": {"c": {"ref_epoch": 4, "reason": "down"}}}]
+
+
+def test_a_new_query_on_the_same_table_is_not_skipped(tmp_path):
+    old = target(tmp_path)
+    old.commit(7, {"a": old.prepare(7, "a", batches("old", 0, 2))})
+    new = target(tmp_path, "22222222-2222-4222-8222-222222222222")  # a wiped checkpoint: a new query id
+    assert not new.published(0)
+    new.commit(0, {"a": new.prepare(0, "a", batches("new", 0, 2))})
+    values = DeltaTable(str(tmp_path / "t")).to_pyarrow_table().column("value").to_pylist()
+    assert sorted(values) == ["new-0", "new-1", "old-0", "old-1"]
+
+
+def test_staging_abort_and_sweep(tmp_path):
+    t = target(tmp_path)
+    handle = t.prepare(0, "a/../b", batches("x", 0, 2))
+    staged = tmp_path / "t" / STAGING_DIR / QUERY / "e0" / handle["name"]
+    assert staged.exists() and "/" not in handle["name"]  # the region id is not a path
+    t.abort(0, {"a/../b": handle})
+    assert not staged.exists()
+    assert t.prepare(0, "a", iter([])) is None
+    orphans = [t.prepare(e, "a", batches("a", 0, 1)) for e in (1, 2, 3)]  # tasks that died before phase two
+    t.sweep(2)
+    left = sorted(p.name for p in (tmp_path / "t" / STAGING_DIR / QUERY).iterdir())
+    assert left == ["e3"] and orphans[2] is not None
+
+
+def test_a_staged_file_gone_before_publishing_is_an_error(tmp_path):
+    t = target(tmp_path)
+    handle = t.prepare(0, "a", batches("a", 0, 1))
+    (tmp_path / "t" / STAGING_DIR / QUERY / "e0" / handle["name"]).unlink()
+    with pytest.raises(RegionalStoreError, match="gone before it was published"):
+        t.commit(0, {"a": handle})
+
+
+def test_a_failing_slice_leaves_no_partial_file(tmp_path):
+    t = target(tmp_path)
+
+    def broken():
+        yield pa.record_batch({"value": ["x"]})
+        raise ValueError("upstream broke")
+
+    with pytest.raises(ValueError):
+        t.prepare(0, "a", broken())
+    assert not list((tmp_path / "t").rglob("*.parquet"))
+
+
+def test_needs_a_path_and_a_known_name():
+    with pytest.raises(RegionalConfigError, match="option\\('path'"):
+        DeltaTarget({"queryid": QUERY})
+    with pytest.raises(RegionalConfigError, match="unknown target 'base'"):
+        load_target({"target": "base"})
+    with pytest.raises(RegionalConfigError, match=r"unknown target '\.\./x'"):
+        load_target({"target": "../x"})
