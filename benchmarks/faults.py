@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from regional.committers import DeltaCommitter, chain_first
+
+from regional.targets.base import chain_first
+from regional.targets.delta import DeltaTarget
 
 
 def transient_failure(epoch: int, region: str, share: float) -> bool:
@@ -21,7 +23,7 @@ def transient_failure(epoch: int, region: str, share: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < share
 
 
-class DownWhileMarked(DeltaCommitter):
+class DownWhileMarked(DeltaTarget):
     """Delta, except that region ``failRegion``'s target is down while the file ``downMarker`` exists."""
 
     def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Any:
@@ -30,7 +32,7 @@ class DownWhileMarked(DeltaCommitter):
         return super().prepare(epoch, region, batches)
 
 
-class FailsAfterWork(DeltaCommitter):
+class FailsAfterWork(DeltaTarget):
     """Delta, except that a ``failShare`` of region-epochs fail after staging their whole slice: the work is
     done and lost. Rows of lost slices are appended to ``<faultDir>/wasted-rows``."""
 
@@ -43,5 +45,5 @@ class FailsAfterWork(DeltaCommitter):
         staged = super().prepare(epoch, region, chain_first(first, batches))
         self.abort(epoch, {region: staged})
         with open(Path(self.options["faultdir"]) / "wasted-rows", "a") as f:
-            f.write(f"{staged.rows}\n")
+            f.write(f"{staged['rows']}\n")
         raise TimeoutError(f"region {region} epoch {epoch}: target timed out after the write (benchmark fault)")

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq  # noqa: E402
 
 import regional  # noqa: E402
 from benchmarks.faults import transient_failure  # noqa: E402
+from regional.store import Store  # noqa: E402
 
 REGIONS = [f"r{i:02d}" for i in range(16)]
 FAILING = "r00"
@@ -217,7 +218,7 @@ class Sampler:
 
 
 def healthy_committed(ck: Path) -> int:
-    record = regional.store.Store(ck).latest_record()
+    record = Store(ck).latest_record()
     return sum(s.committed_offset for r, s in (record.regions.items() if record else ()) if r != FAILING)
 
 
@@ -494,44 +495,43 @@ class NullTarget:
 def scenario_5(work: Path, mode: Mode) -> list[Row]:
     """The driver's part of an epoch (decide, publish one Delta transaction, record), without Spark:
     staged files are written first, as the tasks would."""
-    from regional.committers import DeltaCommitter
-    from regional.config import RegionalPolicy
-    from regional.decision import Status
-    from regional.epoch import TaskReport, commit_epoch
-    from regional.plan import RegionCursor, plan_epoch
-
+    from regional.protocol.epoch import Status, TaskOutcome, commit_epoch, plan_epoch
+    from regional.protocol.settings import Settings
     from regional.store import Store
+    from regional.targets import load_target
 
     timings = {}
     for n in mode.scale_regions:
         d = work / f"s5-{n}"
-        store, policy = Store(d / "ck"), RegionalPolicy()
-        committer = DeltaCommitter({"path": str(d / "table"), "checkpointlocation": str(d / "ck")})
+        store = Store(d / "ck")
+        query_id = store.open_query()
+        committer = load_target({"target": "delta", "path": str(d / "table"), "queryid": query_id})
         regions = [f"region-{i:04d}" for i in range(n)]
         batch = pa.record_batch({"value": pa.array(["x"] * 10)})
         per_epoch = []
         for epoch in range(6):
-            cursors = {r: RegionCursor(s.committed_offset, s.current_epoch) for r, s in store.region_states().items()}
-            plan = plan_epoch(epoch, str(store.checkpoint), cursors, dict.fromkeys(regions, (epoch + 1) * 10))
-            reports = [TaskReport(i, 0, Status.WRITTEN, rr.region, rr.start, rr.end - 1, 10,
-                                  committer.prepare(epoch, rr.region, iter([batch])))
+            plan = plan_epoch(epoch, query_id, str(store.checkpoint), store.region_states(),
+                              dict.fromkeys(regions, (epoch + 1) * 10), Settings())
+            reports = [TaskOutcome(i, 0, Status.WRITTEN, query_id, rr.region, rr.start, rr.end, 10, rr.start,
+                                   rr.end - 1, committer.prepare(epoch, rr.region, iter([batch])))
                        for i, rr in enumerate(plan.regions)]
             began = time.perf_counter()
-            commit_epoch(plan, reports, store, committer, policy)
+            commit_epoch(plan, reports, store, committer)
             per_epoch.append(time.perf_counter() - began)
         timings[n] = statistics.median(per_epoch[1:])  # epoch 0 also creates the table
 
     d = work / "s5-store"
-    store, policy = Store(d), RegionalPolicy()
+    store = Store(d)
+    query_id = store.open_query()
     sizes = []
     regions = [f"region-{i:02d}" for i in range(16)]
     for epoch in range(mode.store_epochs):
-        cursors = {r: RegionCursor(s.committed_offset, s.current_epoch) for r, s in store.region_states().items()}
-        plan = plan_epoch(epoch, str(store.checkpoint), cursors, dict.fromkeys(regions, epoch + 1))
-        reports = [TaskReport(i, 0, Status.FAILED if (rr.region == regions[0] and epoch % 50 < 10) else Status.WRITTEN,
-                              rr.region, rr.start, rr.end - 1, 1, None, "down")
+        plan = plan_epoch(epoch, query_id, str(store.checkpoint), store.region_states(),
+                          dict.fromkeys(regions, epoch + 1), Settings())
+        reports = [TaskOutcome(i, 0, Status.FAILED if (rr.region == regions[0] and epoch % 50 < 10) else Status.WRITTEN,
+                               query_id, rr.region, rr.start, rr.end, 1, rr.start, rr.end - 1, None, "down")
                    for i, rr in enumerate(plan.regions)]
-        commit_epoch(plan, reports, store, NullTarget(), policy)
+        commit_epoch(plan, reports, store, NullTarget())
         if epoch + 1 in (100, mode.store_epochs // 2, mode.store_epochs):
             sizes.append((epoch + 1, sum(f.stat().st_size for f in store.root.rglob("*") if f.is_file())))
     worst = timings[max(timings)]

@@ -86,7 +86,7 @@ def test_corrupt_store_record_stops_the_query_and_publishes_nothing(spark, dirs)
     (ck / "regional" / "epochs" / "000000000000.json").write_text('{"version": 1, "epoch": 0, "kind": "glo')
     add_epoch_of_files(inp, ["a", "b"], "002", 3)
     message = run_until_error(start_to_delta(regional_stream(spark, inp, ck), out, ck))
-    assert "000000000000.json is corrupt" in message and "Restore it from a backup" in message
+    assert "000000000000.json is corrupt" in message and "Restore the file from a backup" in message
     assert table_rows(out) == before
     with pytest.raises(regional.RegionalStoreError, match="corrupt"):
         regional.status(ck)
@@ -98,3 +98,25 @@ def test_source_and_sink_on_different_stores_fail_before_any_data_moves(spark, d
     message = error_of(lambda: start_to_delta(regional_stream(spark, inp, tmp_path / "other-ck"), out, ck))
     assert "would not share one store. Give checkpointLocation once, on writeStream" in message
     assert not out.exists() and not (ck / "offsets").exists()
+
+
+def test_a_setting_given_on_both_sides_with_two_values_is_refused_before_any_data_moves(spark, dirs):
+    inp, out, ck = dirs
+    add_epoch_of_files(inp, ["a"], "001", 3)
+    message = error_of(lambda: start_to_delta(regional_stream(spark, inp, ck, regionAttempts="1"), out, ck,
+                                              regionAttempts="2"))
+    assert "regionAttempts is given twice with different values" in message
+    assert ".option('regionAttempts', '1')" in message and ".option('regionAttempts', '2')" in message
+    assert not out.exists() and not (ck / "offsets" / "0").exists()
+
+
+def test_a_setting_given_only_on_write_stream_rules_the_first_epoch(spark, dirs):
+    inp, out, ck = dirs
+    add_epoch_of_files(inp, ["a"], "001", 3)
+    query = start_to_delta(regional_stream(spark, inp, ck), out, ck, regionAttempts="3", maxFailureRatio="0.75")
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    plan = (ck / "offsets" / "0").read_text().splitlines()[2]
+    assert '"region_attempts":3' in plan.replace(" ", "") and '"max_failure_ratio":0.75' in plan.replace(" ", "")

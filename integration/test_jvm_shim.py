@@ -19,7 +19,7 @@ from integration.helpers import (
     start_to_delta,
     wait_for_epochs,
 )
-from regional import shim
+from regional.spark import shim
 
 REGIONS = ["a", "b", "c", "d"]
 FLAKY = "python:integration.faults:FlakyDelta"

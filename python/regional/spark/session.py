@@ -25,6 +25,7 @@ log = logging.getLogger("regional")
 
 # The Delta JVM artifact matching the pinned pyspark and delta-spark (see setup.cfg).
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+EXIT_DRAIN_MS = 10_000
 
 _listeners: dict[int, RegionalListener] = {}  # one per SparkSession
 _shims: dict[int, shim.ShimState] = {}
@@ -61,7 +62,9 @@ def register(spark: SparkSession) -> None:
 def _detach(spark: SparkSession) -> None:
     """At interpreter exit: a script that ends without ``spark.stop()`` leaves its queries running while
     Python's py4j callback server goes away, and every later listener callback from the JVM would fail
-    with a stack trace. Stop listening, and stop this session's queries, quietly."""
+    with a stack trace. Stop listening, stop this session's queries, and let Spark's listener bus deliver
+    what it already holds while Python can still answer (the bus may hand an event to a listener it is
+    removing)."""
     listener = _listeners.pop(id(spark), None)
     if listener is None:
         return
@@ -70,6 +73,7 @@ def _detach(spark: SparkSession) -> None:
         spark.streams.removeListener(listener)
         for query in spark.streams.active:
             query.stop()
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(EXIT_DRAIN_MS)  # private[spark]: public in JVM
     except Exception:  # the session or its JVM is already gone: nothing left to detach from
         pass
 

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from regional import failpoints
 from regional.errors import RegionalConfigError, RegionalPlanError
 from regional.protocol.epoch import Status, TaskOutcome, commit_epoch
 from regional.protocol.settings import given_settings, parse_bool
@@ -160,6 +161,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         try:
             handle = self._target().prepare(key.epoch, label, chain_first(first, batches))
             leftover = sum(b.num_rows for b in batches)  # rows the target did not take
+            failpoints.reach("staged", key.epoch)
         except _Upstream as up:
             raise up.original from None
         except Exception as exc:
