@@ -168,7 +168,7 @@ def test_committer_and_listener_hear_every_epoch_region_by_region(spark, dirs, t
         metrics = None
         while time.monotonic() < deadline:
             metrics = regional.listener_for(spark).metrics.get(str(query.id))
-            if metrics and metrics.last_epoch == regional.status(ck).epochs[-1].epoch:
+            if metrics and metrics.epoch == regional.status(ck).epochs[-1].epoch:
                 break
             time.sleep(0.2)
     finally:
@@ -183,4 +183,6 @@ def test_committer_and_listener_hear_every_epoch_region_by_region(spark, dirs, t
     assert "b" not in heard[1]["committed"] and set(heard[1]["committed"]) == {"a", "c", "d"}
     assert st.regional_epochs == 2 and metrics is not None
     assert metrics.regional_epochs == 2 and metrics.oldest_ref_epoch is None
+    assert metrics == regional.progress(query)
+    assert (metrics.fallen_back, metrics.quarantined, metrics.max_lag, metrics.regions) == (0, 0, 0, 4)
     assert_exactly_once_in_order(out, expected_rows(inputs))

@@ -93,3 +93,23 @@ def test_a_script_that_ends_without_stopping_exits_cleanly(tmp_path):
     after = output.split("child done", 1)[1]
     for noise in ("Traceback", "Py4J", "py4j", "Connection refused", "Exception"):
         assert noise not in after, f"{noise!r} printed at exit:\n{after[-3000:]}"
+
+
+def test_the_demo_is_quiet_and_ends_with_its_check(tmp_path):
+    """What a new user sees first: no dependency-resolution wall, no stack traces for the fault the demo
+    injects, one screen, the verification line last."""
+    import subprocess
+    import sys
+
+    from integration.conftest import ROOT
+
+    result = subprocess.run([sys.executable, "-m", "regional.demo", "--dir", str(tmp_path / "demo")], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    lines = (result.stdout + result.stderr).strip().splitlines()
+    assert result.returncode == 0, "\n".join(lines[-40:])
+    assert len(lines) <= 60, "\n".join(lines)
+    assert result.stdout.strip().splitlines()[-1].startswith("OK: the Delta table")
+    for noise in ("Traceback", "Exception", "\tat ", "resolving dependencies", ":: retrieving ::"):
+        assert not any(noise in line for line in lines), "\n".join(lines)
+    target_failures = [line for line in lines if "failed in the target" in line]
+    assert len(target_failures) == 2 and all(line.startswith("regional: epoch") for line in target_failures)

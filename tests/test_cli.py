@@ -1,27 +1,95 @@
+"""``python -m regional status`` and ``timeline`` on a real store, without Spark."""
+
+import json
 import subprocess
 import sys
+import time
 
-from regional.store import EpochKind, EpochRecord, FallBack, RegionState, Slice, Standing, Store
+from regional.cli.status import status
+from regional.cli.timeline import COMMITTED, CUT, FALLEN_BACK, IDLE, MAX_ROWS, QUARANTINED, outcome_grid
+from regional.store import EpochKind, EpochRecord, FallBack, RegionState, Slice, Standing, Store, files
 
 
-def test_status_command_prints_regions_and_epochs(tmp_path):
+def a_store(tmp_path, now):
     store = Store(tmp_path)
+    store.open_query()
     store.write_record(EpochRecord(0, EpochKind.GLOBAL, {"a/b": Slice(0, 5, 5), "c": Slice(0, 5, 5)}, {},
-                                   {"a/b": RegionState(5, 0), "c": RegionState(5, 0)}))
+                                   {"a/b": RegionState(5, 0), "c": RegionState(5, 0)}, recorded_at=now - 300))
     store.write_record(EpochRecord(
-        1, EpochKind.REGIONAL, {"a/b": Slice(5, 9, 4)}, {"c": FallBack(0, "ConnectionError: down")},
-        {"a/b": RegionState(9, 1), "c": RegionState(5, 0, 1, Standing.FALLEN_BACK, "ConnectionError: down")},
-        regional_epochs=1))
-    out = subprocess.run([sys.executable, "-m", "regional", "status", str(tmp_path)],
-                         capture_output=True, text=True, check=True).stdout
-    assert "2 regions, 2 epochs recorded, 1 regional, oldest ref_epoch 0" in out
-    assert any(line.split()[:5] == ["c", "5", "0", "1", "fallen_back"] for line in out.splitlines())
+        1, EpochKind.REGIONAL, {"a/b": Slice(5, 9, 4, cut=True)}, {"c": FallBack(0, "ConnectionError: down")},
+        {"a/b": RegionState(9, 1), "c": RegionState(5, 0, 1, Standing.FALLEN_BACK, "ConnectionError: down"),
+         "q": RegionState(0, None, 1, Standing.QUARANTINED, "ValueError: poison")},
+        regional_epochs=1, recorded_at=now - 10))
+    store.record_latest_offsets(2, {"a/b": 12, "c": 20, "q": 7})
+    return store
+
+
+def run(*args):
+    return subprocess.run([sys.executable, "-m", "regional", *args], capture_output=True, text=True)
+
+
+def test_status_shows_lag_and_the_age_of_each_ref_epoch(tmp_path):
+    a_store(tmp_path, time.time())
+    result = run("status", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "3 regions (2 behind), epoch 1, 1 regional epochs, oldest ref_epoch -1, max lag 15" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[2:5]}
+    assert rows["c"][:6] == ["c", "5", "20", "15", "0", "1e/5m"] and rows["c"][7] == "fallen_back"
+    assert rows["a/b"][:5] == ["a/b", "9", "12", "3", "-"]
+    assert rows["q"][4] == "-1" and rows["q"][5].startswith("2e/") and "quarantined" in rows["q"][7]
     assert "epoch 1: regional; committed 1 [a/b]; fallen back 1 [c(ref_epoch=0)]" in out
 
 
-def test_status_command_on_a_corrupt_store_says_so_and_fails(tmp_path):
+def test_status_json_has_regions_and_epochs(tmp_path):
+    a_store(tmp_path, time.time())
+    data = json.loads(run("status", str(tmp_path), "--json").stdout)
+    c = data["regions"]["c"]
+    assert {k: c[k] for k in ("state", "committed_offset", "latest_offset", "lag", "ref_epoch", "ref_age_epochs",
+                              "consecutive_failures", "reason")} == {
+        "state": "fallen_back", "committed_offset": 5, "latest_offset": 20, "lag": 15, "ref_epoch": 0,
+        "ref_age_epochs": 1, "consecutive_failures": 1, "reason": "ConnectionError: down"}
+    assert 295 < c["ref_age_seconds"] < 400
+    assert [e["epoch"] for e in data["epochs"]] == [0, 1] and data["epochs"][1]["committed"]["a/b"]["cut"]
+    assert [e["epoch"] for e in json.loads(run("status", str(tmp_path), "--json", "--epochs", "1").stdout)
+            ["epochs"]] == [1]
+
+
+def test_status_on_a_corrupt_store_says_so_and_fails(tmp_path):
     (tmp_path / "regional" / "epochs").mkdir(parents=True)
     (tmp_path / "regional" / "epochs" / "000000000000.json").write_text("regional epoch v1 sha256=00\n{not json")
-    result = subprocess.run([sys.executable, "-m", "regional", "status", str(tmp_path)],
-                            capture_output=True, text=True)
-    assert result.returncode == 1 and "corrupt" in result.stderr
+    result = run("status", str(tmp_path))
+    assert result.returncode == 1 and "corrupt" in result.stderr and "000000000000.json" in result.stderr
+
+
+def test_status_of_a_thousand_regions_reads_only_what_it_shows(tmp_path):
+    store = Store(tmp_path)
+    regions = {f"r{i:04d}": RegionState(10 * e, e) for i in range(1000) for e in (0,)}
+    for e in range(30):
+        regions = {r: RegionState(10 * (e + 1), e) for r in regions}
+        store.write_record(EpochRecord(e, EpochKind.GLOBAL, {}, {}, regions, recorded_at=float(e)))
+    files.write(tmp_path / "regional" / "epochs" / "000000000003.json", "epoch", {"damaged": True})
+    st = status(tmp_path, epochs=5)  # record 3 is neither shown nor referenced: never read
+    assert [e.epoch for e in st.epochs] == [25, 26, 27, 28, 29] and len(st.regions) == 1000
+
+
+def test_the_timeline_grid_and_picture(tmp_path):
+    a_store(tmp_path, time.time())
+    labels, epochs, cells, lags = outcome_grid(status(tmp_path))
+    assert labels == ["a/b", "c", "q"] and epochs == [0, 1]
+    assert cells == [[COMMITTED, CUT], [COMMITTED, FALLEN_BACK], [IDLE, IDLE]] and lags == [3, 15, 7]
+    out = tmp_path / "timeline.png"
+    result = run("timeline", str(tmp_path), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+
+
+def test_the_timeline_aggregates_many_regions(tmp_path):
+    store = Store(tmp_path)
+    regions = {f"r{i:04d}": RegionState(1, 0) for i in range(1000)}
+    regions["r0500"] = RegionState(0, None, 1, Standing.QUARANTINED, "poison")
+    store.write_record(EpochRecord(0, EpochKind.REGIONAL, {"r0001": Slice(0, 1, 1)},
+                                   {"r0500": FallBack(-1, "poison", True)}, regions))
+    labels, _, cells, _ = outcome_grid(status(tmp_path))
+    assert len(labels) <= MAX_ROWS and labels[0].startswith("r0000 .. ")
+    assert sum(row[0] == QUARANTINED for row in cells) == 1 and cells[0][0] == COMMITTED

@@ -114,4 +114,4 @@ def test_quarantined_and_missing_outcomes_fall_back_with_their_reason():
 def test_a_committed_prefix_moves_the_offset_to_what_was_read():
     plan, prev = setup(0, {}, {"a": 100})
     d = decide(plan, {"a": RegionOutcome("a", Status.WRITTEN, 40, 40)}, prev)
-    assert d.committed == {"a": Slice(0, 40, 40)} and d.regions["a"].committed_offset == 40
+    assert d.committed == {"a": Slice(0, 40, 40, cut=True)} and d.regions["a"].committed_offset == 40

@@ -17,3 +17,26 @@ def test_register_warns_in_one_line_when_there_is_no_room_to_quarantine():
     assert retries_warning("local[4,2]", None, policy) is not None  # attempts 0, 1: none left to quarantine
     assert retries_warning("local[4,3]", None, policy) is None
     assert retries_warning("local[4]", None, Settings(enabled=False)) is None
+
+
+def test_configure_adds_the_shim_delta_and_quiet_logging_next_to_what_the_builder_has(tmp_path, monkeypatch):
+    from pyspark.sql import SparkSession
+
+    from regional.spark import session, shim
+
+    jar = tmp_path / "delta.jar"
+    jar.write_bytes(b"")
+    monkeypatch.setattr(session, "JARS_CACHE", tmp_path)
+    (tmp_path / "io.delta_delta-spark_4.2_2.13_4.4.0.jars").write_text(f"file://{jar}\n")
+    monkeypatch.setattr(shim, "session_conf", lambda: {"spark.jars": "/x/regional-shim.jar",
+                                                       "spark.sql.extensions": shim.EXTENSION})
+    builder = SparkSession.builder.config("spark.sql.extensions", "my.Ext").config("spark.jars", "/mine.jar")
+    options = session.configure(builder)._options
+    assert options["spark.sql.extensions"] == f"my.Ext,io.delta.sql.DeltaSparkSessionExtension,{shim.EXTENSION}"
+    assert options["spark.jars"] == f"/mine.jar,/x/regional-shim.jar,file://{jar}"
+    assert f"-Dlog4j2.configurationFile={session.LOG4J2_CONFIG}" in options["spark.driver.extraJavaOptions"]
+    assert session.LOG4J2_CONFIG.exists()
+    again = session.configure(builder)._options  # configuring twice adds nothing twice
+    assert again["spark.sql.extensions"] == options["spark.sql.extensions"] and again["spark.jars"] == options[
+        "spark.jars"]
+    builder._options.clear()

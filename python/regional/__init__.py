@@ -7,7 +7,7 @@ epoch they still reference.
 
 from regional.cli.status import QueryStatus, status
 from regional.errors import RegionalConfigError, RegionalError, RegionalPlanError, RegionalStoreError
-from regional.spark.session import listener_for, local_spark, register, shim_state, stop
+from regional.spark.session import configure, listener_for, local_spark, progress, register, shim_state, stop
 from regional.store.model import RegionState
 from regional.targets.base import EpochReport, RegionalTarget, Target
 
@@ -23,8 +23,10 @@ __all__ = [
     "RegionalStoreError",
     "RegionalTarget",
     "Target",
+    "configure",
     "listener_for",
     "local_spark",
+    "progress",
     "register",
     "shim_state",
     "status",

@@ -82,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
         query.stop()
 
     print("\nregions after the run:\n" + regional.status(ck).render(epochs=False).split("\n", 1)[1])
+    try:
+        from regional.cli.timeline import draw
+
+        print(f"\ntimeline: {draw(regional.status(ck), work / 'timeline.png')}")
+    except regional.RegionalError:
+        pass  # matplotlib not installed: the picture is optional
     rows = spark.read.format("delta").load(str(out)).select("region", "offset", "value").collect()
     got = sorted((r.region, r.offset, r.value) for r in rows)
     want = sorted((region, i, v) for region, values in expected.items() for i, v in enumerate(values))

@@ -1,4 +1,4 @@
-"""``python -m regional status <checkpoint>`` and ``python -m regional build-shim``."""
+"""``python -m regional``: ``status``, ``timeline`` and ``build-shim``."""
 
 from __future__ import annotations
 
@@ -11,8 +11,15 @@ from regional.errors import RegionalError
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m regional", description="regional checkpoints for Spark")
     commands = parser.add_subparsers(dest="command", required=True)
-    show = commands.add_parser("status", help="show a query's regions and epochs")
+    show = commands.add_parser("status", help="a query's regions (state, offsets, lag, ref_epoch) and epochs")
     show.add_argument("checkpoint", help="the query's checkpointLocation")
+    show.add_argument("--json", action="store_true", help="machine-readable: keys 'regions' and 'epochs'")
+    show.add_argument("--watch", type=float, metavar="N", help="refresh in place every N seconds")
+    show.add_argument("--epochs", type=int, default=20, metavar="K", help="show the newest K epochs (default 20)")
+    draw = commands.add_parser("timeline", help="draw regions x epochs, coloured by outcome, with the lag")
+    draw.add_argument("checkpoint", help="the query's checkpointLocation")
+    draw.add_argument("-o", "--output", default="timeline.png", help="the PNG to write (default timeline.png)")
+    draw.add_argument("--epochs", type=int, default=200, metavar="K", help="the newest K epochs (default 200)")
     commands.add_parser("build-shim", help="compile the JVM shim into the package (uses pyspark's Scala compiler)")
     args = parser.parse_args(argv)
     try:
@@ -20,11 +27,18 @@ def main(argv: list[str] | None = None) -> int:
             from regional.spark.shim import build
 
             print(f"built {build()}")
-        else:
+        elif args.command == "timeline":
             from regional.cli.status import status
+            from regional.cli.timeline import draw as draw_timeline
 
-            print(status(args.checkpoint).render())
+            print(f"wrote {draw_timeline(status(args.checkpoint, args.epochs), args.output)}")
+        else:
+            from regional.cli.status import show as show_status
+
+            show_status(args.checkpoint, args.json, args.epochs, args.watch)
     except RegionalError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        return 0
     return 0

@@ -1,19 +1,47 @@
-"""``regional.status(checkpoint)``: the store's view of a query, without a SparkSession."""
+"""``regional.status(checkpoint)`` and ``python -m regional status``: the store's view of a query,
+without a SparkSession. Reads the newest epoch record, the records regions still reference, and
+as many recent records as asked for, so that it stays fast with many regions and epochs."""
 
 from __future__ import annotations
 
+import json
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+from typing import Any
 
 from regional.protocol.epoch import describe
-from regional.store import EpochRecord, RegionState, Store
+from regional.store import EpochRecord, RegionState, Standing, Store
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The figures a dashboard needs, as of the newest recorded epoch (``regional.progress(query)``, and the
+    listener's per-query metrics). Spark 4.2 lets Python sources and sinks add nothing to ``lastProgress``."""
+
+    epoch: int | None  # the newest recorded epoch
+    kind: str | None  # global | regional | forced_global | aborted
+    regional_epochs: int  # FLIP-600's first metric
+    oldest_ref_epoch: int | None  # FLIP-600's second metric
+    regions: int
+    fallen_back: int  # regions behind now, quarantined ones not counted
+    quarantined: int
+    max_lag: int | None  # offsets the source has seen that are not committed, largest over regions
 
 
 @dataclass(frozen=True)
 class QueryStatus:
     checkpoint: str
-    regions: dict[str, RegionState]
-    epochs: list[EpochRecord]  # the retained epoch records, oldest first
+    regions: dict[str, RegionState]  # every known region's state after the newest epoch
+    epochs: list[EpochRecord]  # retained epoch records, oldest first (the newest ones, when limited)
+    latest_offsets: dict[str, int] = field(default_factory=dict)  # each region's end as the source last saw it
+    ref_recorded_at: dict[int, float] = field(default_factory=dict)  # when each referenced epoch was recorded
+    created_at: float | None = None
+    now: float = 0.0
+
+    @property
+    def last_epoch(self) -> int | None:
+        return self.epochs[-1].epoch if self.epochs else None
 
     @property
     def regional_epochs(self) -> int:
@@ -25,17 +53,74 @@ class QueryStatus:
         """The oldest epoch a fallen-back region still references (FLIP-600's second metric)."""
         return self.epochs[-1].oldest_ref_epoch if self.epochs else None
 
+    def latest_offset(self, region: str) -> int | None:
+        return self.latest_offsets.get(region)
+
+    def lag(self, region: str) -> int | None:
+        """Offsets the source has seen that the region has not committed (records, for files)."""
+        latest, state = self.latest_offsets.get(region), self.regions.get(region)
+        if latest is None:
+            return None
+        return max(latest - (state.committed_offset if state else 0), 0)
+
+    def ref_age(self, region: str) -> tuple[int | None, float | None]:
+        """How old a fallen-back region's ref_epoch is, in epochs and in seconds; (None, None) when current."""
+        state = self.regions.get(region)
+        if state is None or state.ref_epoch is None or self.last_epoch is None:
+            return None, None
+        if state.ref_epoch < 0:  # never committed: as old as the query
+            since = self.created_at
+            return self.last_epoch + 1, None if since is None else max(self.now - since, 0.0)
+        since = self.ref_recorded_at.get(state.ref_epoch)
+        return self.last_epoch - state.ref_epoch, None if since is None else max(self.now - since, 0.0)
+
+    def region_json(self, region: str) -> dict[str, Any]:
+        s = self.regions[region]
+        age_epochs, age_s = self.ref_age(region)
+        return {"state": s.state.value, "committed_offset": s.committed_offset,
+                "latest_offset": self.latest_offset(region), "lag": self.lag(region), "ref_epoch": s.ref_epoch,
+                "ref_age_epochs": age_epochs, "ref_age_seconds": None if age_s is None else round(age_s, 3),
+                "consecutive_failures": s.consecutive_failures, "reason": s.reason}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checkpoint": self.checkpoint,
+            "regional_epochs": self.regional_epochs,
+            "oldest_ref_epoch": self.oldest_ref_epoch,
+            "regions": {r: self.region_json(r) for r in sorted(self.regions)},
+            "epochs": [{"epoch": e.epoch, "kind": e.kind.value, "reason": e.reason, "recorded_at": e.recorded_at,
+                        "committed": {r: {"start": s.start, "end": s.end, "rows": s.rows, "cut": s.cut}
+                                      for r, s in e.committed.items()},
+                        "fallen_back": {r: {"ref_epoch": f.ref_epoch, "reason": f.reason,
+                                            "quarantined": f.quarantined} for r, f in e.fallen_back.items()}}
+                       for e in self.epochs],
+        }
+
+    def progress(self) -> Progress:
+        lags = [lag for r in self.regions if (lag := self.lag(r)) is not None]
+        states = [s.state for s in self.regions.values()]
+        return Progress(self.last_epoch, self.epochs[-1].kind.value if self.epochs else None, self.regional_epochs,
+                        self.oldest_ref_epoch, len(self.regions), states.count(Standing.FALLEN_BACK),
+                        states.count(Standing.QUARANTINED), max(lags) if lags else None)
+
     def render(self, epochs: bool = True) -> str:
-        lines = [f"checkpoint {self.checkpoint}: {len(self.regions)} regions, {len(self.epochs)} epochs recorded, "
-                 f"{self.regional_epochs} regional, oldest ref_epoch {self.oldest_ref_epoch}"]
+        behind = sum(1 for s in self.regions.values() if s.ref_epoch is not None)
+        lags = [lag for r in self.regions if (lag := self.lag(r)) is not None]
+        lines = [f"checkpoint {self.checkpoint}: {len(self.regions)} regions ({behind} behind), epoch "
+                 f"{self.last_epoch}, {self.regional_epochs} regional epochs, oldest ref_epoch "
+                 f"{self.oldest_ref_epoch}, max lag {max(lags) if lags else '-'}"]
         if self.regions:
             width = max(6, *(len(r) for r in self.regions))
-            lines.append(f"  {'region':<{width}}  {'committed':>10}  {'ref_epoch':>9}  {'failures':>8}  state")
+            lines.append(f"  {'region':<{width}}  {'committed':>10}  {'latest':>10}  {'lag':>8}  {'ref_epoch':>9}  "
+                         f"{'ref age':>12}  {'failures':>8}  state")
             for region, s in sorted(self.regions.items()):
-                ref = "-" if s.ref_epoch is None else str(s.ref_epoch)
-                why = f"  ({s.reason})" if s.reason else ""
-                lines.append(f"  {region:<{width}}  {s.committed_offset:>10}  {ref:>9}  "
-                             f"{s.consecutive_failures:>8}  {s.state.value}{why}")
+                latest, lag = self.latest_offset(region), self.lag(region)
+                age_epochs, age_s = self.ref_age(region)
+                age = "-" if age_epochs is None else f"{age_epochs}e/{_seconds(age_s)}"
+                why = f"  ({s.reason})" if s.reason and s.ref_epoch is not None else ""
+                lines.append(f"  {region:<{width}}  {s.committed_offset:>10}  {_dash(latest):>10}  {_dash(lag):>8}  "
+                             f"{_dash(s.ref_epoch):>9}  {age:>12}  {s.consecutive_failures:>8}  "
+                             f"{s.state.value}{why}")
         if epochs:
             for e in self.epochs:
                 lines.append(f"  {describe(e)}")
@@ -43,8 +128,41 @@ class QueryStatus:
         return "\n".join(lines)
 
 
-def status(checkpoint_location: str | os.PathLike[str]) -> QueryStatus:
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds / 60:.0f}m"
+
+
+def status(checkpoint_location: str | os.PathLike[str], epochs: int | None = None) -> QueryStatus:
+    """The query's regions and its retained epoch records (the newest ``epochs`` of them, if given)."""
     store = Store(checkpoint_location)
-    records = store.records()
-    latest = records[-1] if records else None
-    return QueryStatus(str(store.checkpoint), dict(latest.regions) if latest else {}, records)
+    numbers = store.epochs()
+    shown = numbers if epochs is None else numbers[-epochs:] if epochs > 0 else numbers[-1:]
+    records = {e: r for e in shown if (r := store.read_record(e)) is not None}
+    latest = records[numbers[-1]] if numbers else None
+    regions = dict(latest.regions) if latest else {}
+    refs = {s.ref_epoch for s in regions.values() if s.ref_epoch is not None and s.ref_epoch >= 0}
+    recorded_at = {}
+    for ref in refs:
+        record = records.get(ref) or store.read_record(ref)
+        if record is not None:
+            recorded_at[ref] = record.recorded_at
+    return QueryStatus(str(store.checkpoint), regions, [records[e] for e in sorted(records)],
+                       store.read_latest_offsets(), recorded_at, store.created_at(), time.time())
+
+
+def show(checkpoint: str, as_json: bool, epochs: int, watch: float | None) -> None:
+    """The CLI's ``status``: once, or refreshed in place every ``watch`` seconds until interrupted."""
+    while True:
+        st = status(checkpoint, epochs)
+        text = json.dumps(st.to_json(), indent=2) if as_json else st.render()
+        if watch is None:
+            print(text)
+            return
+        print("\x1b[H\x1b[2J" + text, flush=True)  # home and clear: refresh in place
+        time.sleep(watch)

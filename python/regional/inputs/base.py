@@ -11,14 +11,13 @@ Built-in inputs are modules of this package named by ``source=<name>``, each exp
 
 from __future__ import annotations
 
-import importlib
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol
 
 import pyarrow as pa
 
 from regional.errors import RegionalConfigError
+from regional.plugins import find_plugin
 
 BATCH_ROWS = 10_000
 
@@ -45,20 +44,12 @@ class RegionInput(Protocol):
         ...
 
 
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-
 
 def load_input(options: Mapping[str, str]) -> RegionInput:
     """Build the input named by the source's ``source`` option."""
     name = options.get("source") or ""
-    module = None
-    if _NAME.match(name) and name != "base":
-        try:
-            module = importlib.import_module(f"regional.inputs.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"regional.inputs.{name}":
-                raise
-    if module is None or not callable(getattr(module, "create", None)):
+    module = find_plugin("regional.inputs", name)
+    if module is None:
         raise RegionalConfigError(
             f"unknown source {name!r}: add .option('source', 'files') or .option('source', 'generator') to "
             "readStream"

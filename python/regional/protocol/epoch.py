@@ -299,9 +299,9 @@ def forced_global_reason(previous: Mapping[str, RegionState], settings: Settings
 
 
 def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: EpochRecord | None,
-           force_reason: str | None = None) -> EpochRecord:
+           force_reason: str | None = None, now: float = 0.0) -> EpochRecord:
     """Decide epoch ``plan.epoch`` from its regions' outcomes: which regions publish, and every
-    region's state after it. A planned region without an outcome falls back."""
+    region's state after it. A planned region without an outcome falls back. ``now``: the record's time."""
     settings = plan.settings
     before = previous.regions if previous else {}
     seen = {rr.region: outcomes.get(rr.region) or RegionOutcome(rr.region, Status.MISSING, rr.start,
@@ -330,7 +330,7 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
     for rr in plan.regions:
         state, outcome = before.get(rr.region, RegionState()), seen[rr.region]
         if kind is not EpochKind.ABORTED and rr.region not in failed:
-            committed[rr.region] = Slice(rr.start, outcome.end, outcome.rows)
+            committed[rr.region] = Slice(rr.start, outcome.end, outcome.rows, cut=outcome.end < rr.end)
             regions[rr.region] = RegionState(committed_offset=outcome.end, last_epoch=plan.epoch)
             continue
         own = failed.get(rr.region)
@@ -342,7 +342,7 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
         ref = regions[rr.region].ref_epoch
         fallen_back[rr.region] = FallBack(-1 if ref is None else ref, why, quarantined)
     regional = (previous.regional_epochs if previous else 0) + (kind is EpochKind.REGIONAL)
-    return EpochRecord(plan.epoch, kind, committed, fallen_back, regions, reason, regional)
+    return EpochRecord(plan.epoch, kind, committed, fallen_back, regions, reason, regional, now)
 
 
 # -- 4. Publish and 5. record ----------------------------------------------------------------
@@ -397,7 +397,7 @@ def commit_epoch(plan: EpochPlan, tasks: Sequence[TaskOutcome | None], store: Ep
         quarantined = [i for i, rr in enumerate(plan.regions) if outcomes[rr.region].status is Status.QUARANTINED]
         if quarantined and store.read_query_plan() is not None:  # the shim records failed attempts
             outcomes = with_failure_causes(plan, outcomes, wait_for_failures(store, epoch, quarantined))
-        record = decide(plan, outcomes, store.latest_record(before=epoch))
+        record = decide(plan, outcomes, store.latest_record(before=epoch), now=time.time())
         if mixed:
             publish = dict(staged_now) if record.committed else {}
         else:

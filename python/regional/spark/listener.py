@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -27,6 +26,7 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
+from regional.cli.status import Progress, status
 from regional.errors import RegionalError
 from regional.protocol.epoch import EpochPlan, describe
 from regional.protocol.settings import given_settings
@@ -36,47 +36,46 @@ from regional.targets.base import QUERY_ID_OPTION, load_target
 log = logging.getLogger("regional")
 
 
-@dataclass
-class QueryMetrics:
-    """FLIP-600's two metrics, as of the last epoch this listener saw."""
-
-    regional_epochs: int = 0
-    oldest_ref_epoch: int | None = None
-    last_epoch: int | None = None
-
-
 class RegionalListener(StreamingQueryListener):
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
-        self.metrics: dict[str, QueryMetrics] = {}
+        self.metrics: dict[str, Progress] = {}  # per query id, as of the last epoch this listener heard of
         self._plan_checked: set[str] = set()  # runs whose plan check was reported
         self.closed = False  # set at interpreter exit: the py4j bridge is going away
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
         if self.closed:
             return
+        # Never fail Spark's listener bus: without the record, the source refuses to plan with a clear error.
         try:
-            self._record_start(str(event.id), str(event.runId))
-        except Exception as exc:  # never fail Spark's listener bus; the source refuses to plan without the record
+            started = self._regional_query(str(event.id))
+            if started is None:
+                return
+            store, options = started
+            store.record_write_options(str(event.runId), given_settings(options))
+        except Exception as exc:
             log.error("regional: could not record writeStream's settings of query %s at start: %s", event.id, exc)
+            return
+        try:
+            latest = store.latest_record()
+            target = load_target({**{k.lower(): v for k, v in options.items()}, QUERY_ID_OPTION: store.open_query()})
+            if latest is not None and callable(getattr(target, "sweep", None)):
+                target.sweep(latest.epoch)  # staged output of recorded epochs will never be published
+        except Exception as exc:
+            log.warning("regional: query %s: staged output of earlier runs was not swept at start: %s", event.id, exc)
 
-    def _record_start(self, query_id: str, run_id: str) -> None:
+    def _regional_query(self, query_id: str) -> tuple[Store, dict[str, str]] | None:
+        """The store and writeStream options of a just-started query whose sink is regional."""
         query = self.spark.streams.get(query_id)
         if query is None:
-            return
+            return None
         execution = query._jsq.streamingQuery()  # internal API, see SPARK_NOTES
         try:
             if str(execution.sink().name()).lower() != "regional":
-                return
+                return None
         except Exception:  # some sinks' tables (Delta's V1 wrapper) throw from name(): not regional
-            return
-        options = _write_options(execution)
-        store = Store(str(execution.resolvedCheckpointRoot()))
-        store.record_write_options(run_id, given_settings(options))
-        latest = store.latest_record()
-        target = load_target({**{k.lower(): v for k, v in options.items()}, QUERY_ID_OPTION: store.open_query()})
-        if latest is not None and callable(getattr(target, "sweep", None)):
-            target.sweep(latest.epoch)  # staged output of recorded epochs will never be published
+            return None
+        return Store(str(execution.resolvedCheckpointRoot())), _write_options(execution)
 
     def onQueryIdle(self, event: QueryIdleEvent) -> None:
         pass
@@ -99,11 +98,13 @@ class RegionalListener(StreamingQueryListener):
             return
         if record is None:
             return
-        oldest = record.oldest_ref_epoch
-        self.metrics[str(progress.id)] = QueryMetrics(record.regional_epochs, oldest, record.epoch)
+        try:
+            self.metrics[str(progress.id)] = status(plan.store, epochs=1).progress()
+        except RegionalError as exc:
+            log.error("regional: query %s: %s", progress.id, exc)
         line = (f"regional: query {progress.name or progress.id} {describe(record)}; "
                 f"quarantined {sum(f.quarantined for f in record.fallen_back.values())}; "
-                f"oldest ref_epoch {oldest}")
+                f"oldest ref_epoch {record.oldest_ref_epoch}")
         (log.warning if record.fallen_back else log.info)(line)
         if plan.final and record.whole:
             # A bounded source is exhausted and everything it held is published: end the query.

@@ -114,6 +114,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start  # a graceful stop got its final global epoch: start no other
         per_region, total = self._limits(limit)
         available = self.input.available(epoch)
+        self.store.record_latest_offsets(epoch, available)  # for the lag that status shows
         if self.available_now is not None:
             available = {r: min(n, self.available_now.get(r, 0)) for r, n in available.items()}
         plan = plan_epoch(epoch, query_id, str(self.store.checkpoint), record.regions if record else {}, available,

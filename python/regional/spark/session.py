@@ -6,11 +6,14 @@ import atexit
 import logging
 import os
 import re
+import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from regional.errors import RegionalConfigError
 from regional.protocol.settings import CONF_PREFIX, Settings, resolve_settings
 from regional.spark import shim
 from regional.store import Store
@@ -19,6 +22,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from regional.cli.status import Progress
     from regional.spark.listener import RegionalListener
 
 log = logging.getLogger("regional")
@@ -169,29 +173,79 @@ def _check_task_retries(spark: SparkSession, policy: Settings) -> None:
         log.warning(warning)
 
 
+LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
+JARS_CACHE = Path(os.environ.get("REGIONAL_CACHE", Path.home() / ".cache" / "regional"))
+
+
+def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
+    """``builder`` with everything regional needs, like delta's ``configure_spark_with_delta_pip``:
+    the JVM shim jar and its extension next to any others, Delta Lake (jars resolved once and cached,
+    so sessions start without Ivy's resolution log), quiet logging unless the builder sets its own,
+    and this interpreter for Python workers."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    options: dict[str, str] = getattr(builder, "_options", {})
+    shim_conf = shim.session_conf()
+
+    def joined(key: str, *values: str, sep: str = ",") -> str:
+        given = [v for v in (options.get(key) or "").split(sep) if v]
+        return sep.join(given + [v for v in values if v and v not in given])
+
+    builder = builder.config("spark.sql.extensions", joined(
+        "spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension", shim_conf.get("spark.sql.extensions", "")))
+    builder = builder.config("spark.jars", joined("spark.jars", shim_conf.get("spark.jars", ""), *delta_jars()))
+    if "spark.sql.catalog.spark_catalog" not in options:
+        builder = builder.config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+    if "log4j2.configurationFile" not in options.get("spark.driver.extraJavaOptions", ""):
+        builder = builder.config("spark.driver.extraJavaOptions", joined(
+            "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}", sep=" "))
+    return builder
+
+
+def delta_jars() -> list[str]:
+    """The Delta Lake jars for ``DELTA_PACKAGE``, resolved from Maven Central once and cached, so that a
+    session starts without Ivy's resolution log (about 200 lines on a first run)."""
+    cache = JARS_CACHE / (re.sub(r"[^A-Za-z0-9_.-]", "_", DELTA_PACKAGE) + ".jars")
+    if cache.exists():
+        jars = cache.read_text(encoding="utf-8").split()
+        if jars and all(Path(j.removeprefix("file://")).exists() for j in jars):
+            return jars
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    log_path = cache.with_suffix(".log")
+    print(f"regional: fetching the Delta Lake jars ({DELTA_PACKAGE}) once; log in {log_path}", flush=True)
+    script = ("from pyspark.sql import SparkSession\n"
+              f"s = SparkSession.builder.master('local[1]').config('spark.jars.packages', {DELTA_PACKAGE!r})"
+              ".config('spark.ui.enabled', 'false').getOrCreate()\n"
+              "print('REGIONAL-JARS=' + s.sparkContext.getConf().get('spark.jars', ''))\ns.stop()\n")
+    with open(log_path, "w", encoding="utf-8") as log_file:
+        result = subprocess.run([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=log_file, text=True)
+    found = [line for line in result.stdout.splitlines() if line.startswith("REGIONAL-JARS=")]
+    jars = [j for j in found[0].removeprefix("REGIONAL-JARS=").split(",") if j] if found else []
+    if result.returncode != 0 or not jars:
+        raise RegionalConfigError(f"could not fetch {DELTA_PACKAGE} from Maven Central (see {log_path}); check "
+                                  "the network, or give the jars yourself with spark.jars")
+    cache.write_text("\n".join(jars), encoding="utf-8")
+    return jars
+
+
 def local_spark(master: str = "local[4,4]", app_name: str = "regional",
                 conf: Mapping[str, str] | None = None) -> SparkSession:
     """A local SparkSession with Delta Lake, regional's JVM shim and this interpreter for Python workers."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    shim_conf = shim.session_conf()
-    extensions = ["io.delta.sql.DeltaSparkSessionExtension"]
-    if "spark.sql.extensions" in shim_conf:
-        extensions.append(shim_conf.pop("spark.sql.extensions"))
-    builder = (
-        SparkSession.builder.master(master).appName(app_name)
-        .config("spark.jars.packages", DELTA_PACKAGE)
-        .config("spark.sql.extensions", ",".join(extensions))
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-    )
-    for key, value in {**shim_conf, **(conf or {})}.items():
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {"spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
+                       "spark.sql.shuffle.partitions": "4", "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+                       **(conf or {})}.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = configure(builder).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def progress(query: StreamingQuery) -> Progress:
+    """The figures a dashboard needs, for a running or stopped regional query (see ``Progress``): Spark 4.2
+    gives Python sources and sinks no custom metrics in ``lastProgress``, so they come from the store."""
+    from regional.cli.status import status
+
+    return status(query._jsq.streamingQuery().resolvedCheckpointRoot(), epochs=1).progress()  # internal API

@@ -64,6 +64,7 @@ class Slice:
     start: int
     end: int
     rows: int
+    cut: bool = False  # a prefix of the planned range: the region hit regionTimeout
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class EpochRecord:
     regions: dict[str, RegionState]
     reason: str | None = None
     regional_epochs: int = 0  # regional epochs so far in this query, this one included
+    recorded_at: float = 0.0  # wall-clock seconds when the epoch was decided
 
     @property
     def whole(self) -> bool:
@@ -102,7 +104,8 @@ class EpochRecord:
             "kind": self.kind.value,
             "reason": self.reason,
             "regional_epochs": self.regional_epochs,
-            "committed": {r: [s.start, s.end, s.rows] for r, s in self.committed.items()},
+            "recorded_at": self.recorded_at,
+            "committed": {r: [s.start, s.end, s.rows, s.cut] for r, s in self.committed.items()},
             "fallen_back": {r: [f.ref_epoch, f.reason, f.quarantined] for r, f in self.fallen_back.items()},
             "regions": {r: s.to_json() for r, s in self.regions.items()},
         }
@@ -112,11 +115,13 @@ class EpochRecord:
         return cls(
             epoch=int(data["epoch"]),
             kind=EpochKind(data["kind"]),
-            committed={str(r): Slice(int(s[0]), int(s[1]), int(s[2])) for r, s in data["committed"].items()},
+            committed={str(r): Slice(int(s[0]), int(s[1]), int(s[2]), bool(s[3]))
+                       for r, s in data["committed"].items()},
             fallen_back={str(r): FallBack(int(f[0]), str(f[1]), bool(f[2])) for r, f in data["fallen_back"].items()},
             regions={str(r): RegionState.from_json(s) for r, s in data["regions"].items()},
             reason=None if data["reason"] is None else str(data["reason"]),
             regional_epochs=int(data["regional_epochs"]),
+            recorded_at=float(data["recorded_at"]),
         )
 
 

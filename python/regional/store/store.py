@@ -7,6 +7,7 @@ Layout (every file in the format of ``store.files``: versioned, checksummed, ato
     intents/<epoch>.json   the write-ahead intent of phase two (decision and handles), written
                            before anything is published
     write-options.json     writeStream's regional settings, recorded by the listener at query start
+    latest-offsets.json    each region's end offset as the source last saw it (status shows the lag)
     final-epoch-request.json
                            a graceful stop asks for a final global epoch
     referenced-epochs      the live ref_epochs: the JVM shim keeps Spark's offsets/N and
@@ -26,14 +27,16 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any, TypeVar
 
 from regional.errors import RegionalConfigError, RegionalStoreError
 from regional.store import files
 from regional.store.model import EpochRecord, Intent, QueryPlanCheck, RegionState, TaskFailure
 
 STORE_DIR = "regional"
+T = TypeVar("T")
 
 
 def local_path(location: str) -> Path:
@@ -60,6 +63,7 @@ class Store:
         self._epochs = self.root / "epochs"
         self._intents = self.root / "intents"
         self._write_options = self.root / "write-options.json"
+        self._latest_offsets = self.root / "latest-offsets.json"
         self._final_request = self.root / "final-epoch-request.json"
         self._referenced = self.root / "referenced-epochs"
         self._query_plan = self.root / "query-plan.json"
@@ -102,17 +106,8 @@ class Store:
         return _numbered_files(self._epochs)
 
     def read_record(self, epoch: int) -> EpochRecord | None:
-        path = self._epochs / _name(epoch)
-        data = files.read(path, "epoch")
-        if data is None:
-            return None
-        try:
-            record = EpochRecord.from_json(data)
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-            raise files.corrupt(path, f"{type(exc).__name__}: {exc}") from None
-        if record.epoch != epoch:
-            raise files.corrupt(path, f"it records epoch {record.epoch}")
-        return record
+        return _read_epoch_file(self._epochs / _name(epoch), "epoch", epoch, EpochRecord.from_json,
+                                lambda r: r.epoch)
 
     def latest_record(self, before: int | None = None) -> EpochRecord | None:
         """The newest record (below epoch ``before``, if given)."""
@@ -142,17 +137,8 @@ class Store:
     # -- intents -------------------------------------------------------------------
 
     def read_intent(self, epoch: int) -> Intent | None:
-        path = self._intents / _name(epoch)
-        data = files.read(path, "intent")
-        if data is None:
-            return None
-        try:
-            intent = Intent.from_json(data)
-        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
-            raise files.corrupt(path, f"{type(exc).__name__}: {exc}") from None
-        if intent.record.epoch != epoch:
-            raise files.corrupt(path, f"it holds the intent of epoch {intent.record.epoch}")
-        return intent
+        return _read_epoch_file(self._intents / _name(epoch), "intent", epoch, Intent.from_json,
+                                lambda i: i.record.epoch)
 
     def write_intent(self, epoch: int, intent: Intent) -> None:
         files.write(self._intents / _name(epoch), "intent", intent.to_json())
@@ -172,6 +158,26 @@ class Store:
             return {str(k): str(v) for k, v in data["options"].items()}
         except (KeyError, TypeError, AttributeError) as exc:
             raise files.corrupt(self._write_options, f"{type(exc).__name__}: {exc}") from None
+
+    # -- what the source last saw, for lag -------------------------------------------------
+
+    def record_latest_offsets(self, epoch: int, offsets: Mapping[str, int]) -> None:
+        files.write(self._latest_offsets, "latest-offsets",
+                    {"epoch": epoch, "seen_at": time.time(), "offsets": dict(offsets)})
+
+    def read_latest_offsets(self) -> dict[str, int]:
+        """Each region's end offset as the source last saw it when planning; empty before the first plan."""
+        data = files.read(self._latest_offsets, "latest-offsets")
+        if data is None:
+            return {}
+        try:
+            return {str(r): int(o) for r, o in data["offsets"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise files.corrupt(self._latest_offsets, f"{type(exc).__name__}: {exc}") from None
+
+    def created_at(self) -> float | None:
+        data = files.read(self._query, "query")
+        return None if data is None else float(data.get("created_at", 0.0))
 
     # -- written by the JVM shim ------------------------------------------------------
 
@@ -241,6 +247,21 @@ class Store:
         for per_epoch in self._failures.glob("[0-9]*"):
             if per_epoch.name.isdigit() and int(per_epoch.name) <= epochs[-1]:
                 shutil.rmtree(per_epoch, ignore_errors=True)
+
+
+def _read_epoch_file(path: Path, kind: str, epoch: int, parse: Callable[[Any], T],
+                     epoch_of: Callable[[T], int]) -> T | None:
+    """A per-epoch store file, parsed; it must be the one of ``epoch``."""
+    data = files.read(path, kind)
+    if data is None:
+        return None
+    try:
+        value = parse(data)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+        raise files.corrupt(path, f"{type(exc).__name__}: {exc}") from None
+    if epoch_of(value) != epoch:
+        raise files.corrupt(path, f"it holds the {kind} of epoch {epoch_of(value)}, not of epoch {epoch}")
+    return value
 
 
 def _name(epoch: int) -> str:

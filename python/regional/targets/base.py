@@ -15,8 +15,6 @@ the store, stable for the life of the checkpoint, for idempotency keys.
 
 from __future__ import annotations
 
-import importlib
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -24,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 import pyarrow as pa
 
 from regional.errors import RegionalConfigError
+from regional.plugins import find_plugin
 
 QUERY_ID_OPTION = "queryid"
 
@@ -79,8 +78,6 @@ class RegionalTarget:
         raise NotImplementedError
 
 
-_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-
 
 def load_target(options: Mapping[str, str]) -> Target:
     """Build the target named by the sink's ``target`` option."""
@@ -94,14 +91,8 @@ def load_target(options: Mapping[str, str]) -> Target:
         from regional.targets.python_class import load_python_class
 
         return load_python_class(name, dict(options))
-    module = None
-    if _NAME.match(name) and name != "base":
-        try:
-            module = importlib.import_module(f"regional.targets.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"regional.targets.{name}":
-                raise
-    if module is None or not callable(getattr(module, "create", None)):
+    module = find_plugin("regional.targets", name)
+    if module is None:
         raise RegionalConfigError(f"unknown target {name!r}: use target=delta or target=python:<module>:<Class>")
     return check_target(name, module.create(dict(options)))
 

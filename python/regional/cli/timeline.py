@@ -1,0 +1,85 @@
+"""``python -m regional timeline <checkpoint> -o timeline.png``: regions x epochs, coloured by outcome,
+with each region's lag beside it. Above ``MAX_ROWS`` regions, neighbouring regions share a row that shows
+the worst outcome among them and their largest lag. Needs matplotlib (``pip install 'regional[timeline]'``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from regional.cli.status import QueryStatus
+from regional.errors import RegionalConfigError
+
+MAX_ROWS = 64
+# Outcome codes, in order of how much they need attention (a shared row shows the largest).
+IDLE, COMMITTED, CUT, FALLEN_BACK, QUARANTINED = range(5)
+LEGEND = {IDLE: ("no work", "#eeeeee"), COMMITTED: ("committed", "#2e8b57"),
+          CUT: ("timed-out prefix", "#9acd32"), FALLEN_BACK: ("fallen back", "#ff8c00"),
+          QUARANTINED: ("quarantined", "#c0392b")}
+
+
+def outcome_grid(st: QueryStatus) -> tuple[list[str], list[int], list[list[int]], list[int]]:
+    """Row labels, epochs, the outcome code of each (row, epoch), and each row's lag."""
+    regions = sorted(st.regions)
+    epochs = [e.epoch for e in st.epochs]
+    cells = []
+    for region in regions:
+        row = []
+        for e in st.epochs:
+            if region in e.fallen_back:
+                row.append(QUARANTINED if e.fallen_back[region].quarantined else FALLEN_BACK)
+            elif region in e.committed:
+                row.append(CUT if e.committed[region].cut else COMMITTED)
+            else:
+                row.append(IDLE)
+        cells.append(row)
+    lags = [st.lag(r) or 0 for r in regions]
+    if len(regions) <= MAX_ROWS:
+        return regions, epochs, cells, lags
+    size = -(-len(regions) // MAX_ROWS)  # regions per row
+    labels, grouped, grouped_lags = [], [], []
+    for i in range(0, len(regions), size):
+        members = range(i, min(i + size, len(regions)))
+        labels.append(f"{regions[members[0]]} .. {regions[members[-1]]}")
+        grouped.append([max(cells[m][j] for m in members) for j in range(len(epochs))])
+        grouped_lags.append(max(lags[m] for m in members))
+    return labels, epochs, grouped, grouped_lags
+
+
+def draw(st: QueryStatus, out: str | Path) -> Path:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.colors import ListedColormap
+        from matplotlib.patches import Patch
+    except ImportError:
+        raise RegionalConfigError("the timeline needs matplotlib: pip install 'regional[timeline]'") from None
+    if not st.epochs:
+        raise RegionalConfigError(f"{st.checkpoint} has no epoch records yet: nothing to draw")
+    labels, epochs, cells, lags = outcome_grid(st)
+    height = min(2 + 0.22 * len(labels), 18)
+    fig, (grid_ax, lag_ax) = plt.subplots(1, 2, figsize=(12, height), sharey=True,
+                                          gridspec_kw={"width_ratios": [5, 1]})
+    cmap = ListedColormap([LEGEND[k][1] for k in sorted(LEGEND)])
+    grid_ax.imshow(cells, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=len(LEGEND) - 1,
+                   extent=(epochs[0] - 0.5, epochs[-1] + 0.5, len(labels) - 0.5, -0.5))
+    grid_ax.set_yticks(range(len(labels)))
+    grid_ax.set_yticklabels(labels, fontsize=7 if len(labels) > 24 else 9)
+    grid_ax.set_xlabel("epoch")
+    grid_ax.set_title(f"regional epochs of {st.checkpoint}", fontsize=10)
+    if len(epochs) <= 60:  # cell borders while epochs are wide enough to see them
+        grid_ax.set_xticks([e + 0.5 for e in epochs[:-1]], minor=True)
+        grid_ax.grid(which="minor", axis="x", color="white", linewidth=0.8)
+        grid_ax.tick_params(which="minor", length=0)
+    fig.legend(handles=[Patch(color=c, label=n) for n, c in LEGEND.values()], loc="lower center",
+               ncol=len(LEGEND), fontsize=8, frameon=False)
+    lag_ax.barh(range(len(labels)), lags, color="#4682b4")
+    lag_ax.set_xlim(0, max(1, *lags))
+    lag_ax.set_xlabel("lag (offsets)")
+    lag_ax.set_title("lag now", fontsize=10)
+    fig.tight_layout(rect=(0, 0.06 if len(labels) < 24 else 0.03, 1, 1))
+    path = Path(out)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
