@@ -566,7 +566,7 @@ def render(rows: list[Row], command: str, mode: Mode, elapsed: float) -> str:
         f"- machine: {os.cpu_count()} cores, {mem_gb:.0f} GB, {platform.system()} {platform.machine()}, "
         f"Python {platform.python_version()}",
         f"- versions: pyspark {pyspark.__version__}, regional {regional.__version__}, "
-        f"Delta {regional.session.DELTA_PACKAGE}, pyarrow {pa.__version__}",
+        f"Delta {regional.spark.session.DELTA_PACKAGE}, pyarrow {pa.__version__}",
         f"- date: {datetime.date.today().isoformat()}",
         "- Spark `local[2,4]`, `spark.sql.execution.arrow.maxRecordsPerBatch=100`; stock and regional in the "
         "same session, on the same input, in the same run.",

@@ -120,3 +120,20 @@ def test_a_setting_given_only_on_write_stream_rules_the_first_epoch(spark, dirs)
         query.stop()
     plan = (ck / "offsets" / "0").read_text().splitlines()[2]
     assert '"region_attempts":3' in plan.replace(" ", "") and '"max_failure_ratio":0.75' in plan.replace(" ", "")
+
+
+def test_register_on_a_session_without_the_shim_says_in_one_line_what_is_off_and_how_to_get_it():
+    import subprocess
+    import sys
+
+    from integration.conftest import ROOT
+
+    result = subprocess.run([sys.executable, "-m", "integration.no_shim_child"], cwd=ROOT, capture_output=True,
+                            text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    logged = [line.removeprefix("LOGGED: ") for line in result.stdout.splitlines() if line.startswith("LOGGED: ")]
+    assert len(logged) == 1 and "\n" not in logged[0], logged
+    assert "the JVM shim is not on the driver's classpath" in logged[0]
+    assert ".config('spark.jars'" in logged[0] and "regional.local_spark()" in logged[0]
+    assert "offset-log keep-alive of referenced epochs" in logged[0]
+    assert "STATE: ShimState(loaded=False" in result.stdout

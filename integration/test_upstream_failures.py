@@ -129,3 +129,18 @@ def test_region_timeout_publishes_prefixes_of_a_slow_region(spark, dirs):
     assert all(not e.fallen_back for e in epochs)
     assert_exactly_once_in_order(out, expected_rows(inputs))
     print(f"\nregionTimeout: slow region prefixes per epoch {prefixes}")
+
+
+def test_a_quarantined_region_prints_regional_lines_not_stack_traces(tmp_path):
+    """A poisoned UDF is a fault regional handles: its retries and quarantine print regional's own lines,
+    not Spark's task-abort errors with the Python traceback (sessions built by regional.configure)."""
+    from integration.conftest import ROOT
+
+    result = subprocess.run([sys.executable, "-m", "integration.poison_child", str(tmp_path)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "child done: c is quarantined" in result.stdout
+    assert "region 'c' quarantined at attempt 2" in output
+    for noise in ("Traceback", "\tat ", "Exception", "Aborting task"):
+        assert noise not in output, f"{noise!r} printed:\n{output[-3000:]}"
