@@ -51,6 +51,7 @@ class DeltaTarget(RegionalTarget):
         self.query_id = query_id
         self.app_id = f"regional-{query_id}"
         self.staging = self.table / STAGING_DIR / query_id
+        self._delta: Any = None  # the table, opened once per target object (the driver builds one per epoch)
 
     # -- phase one, in the task -----------------------------------------------------------
 
@@ -81,15 +82,15 @@ class DeltaTarget(RegionalTarget):
         from deltalake.transaction import AddAction
 
         staged = [h for h in handles.values() if h is not None]
+        staging, table_dir = os.fspath(self.staging / f"e{epoch}"), os.fspath(self.table)
         for handle in staged:  # into the table directory; a re-run finds them moved already
-            self._move_into_table(epoch, handle)
+            _move_into_table(staging, table_dir, handle["name"], epoch)
         table = self._open()
         if table is None:
             if not staged:
                 return
             schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(staged[0]["schema"])))
-            table = DeltaTable.create(str(self.table), schema, mode="ignore")
-        table.update_incremental()
+            table = self._delta = DeltaTable.create(str(self.table), schema, mode="ignore")
         done = table.transaction_version(self.app_id)
         if done is not None and done >= epoch:
             return  # published before a crash: publish nothing twice
@@ -124,25 +125,32 @@ class DeltaTarget(RegionalTarget):
             if match and int(match.group(1)) <= up_to_epoch:
                 shutil.rmtree(entry, ignore_errors=True)
 
-    def _move_into_table(self, epoch: int, handle: dict[str, Any]) -> None:
-        staged, final = self.staging / f"e{epoch}" / handle["name"], self.table / handle["name"]
-        if staged.exists():
-            os.replace(staged, final)
-        elif not final.exists():
-            raise RegionalStoreError(
-                f"the staged file {staged} of epoch {epoch} is gone before it was published (was the table's "
-                "staging directory cleaned by hand?); its rows cannot be published. Restore it, or start a new "
-                "checkpointLocation"
-            )
-
     def _open(self) -> Any:
+        """The table, or None before its first commit. Opened once; later calls bring it up to date."""
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
+        if self._delta is not None:
+            self._delta.update_incremental()
+            return self._delta
         try:
-            return DeltaTable(str(self.table))
+            self._delta = DeltaTable(str(self.table))
         except TableNotFoundError:
             return None
+        return self._delta
+
+
+def _move_into_table(staging: str, table: str, name: str, epoch: int) -> None:
+    """One staged file into the table directory (plain string paths: this runs once per region per epoch)."""
+    try:
+        os.replace(os.path.join(staging, name), os.path.join(table, name))
+    except FileNotFoundError:
+        if not os.path.exists(os.path.join(table, name)):
+            raise RegionalStoreError(
+                f"the staged file {os.path.join(staging, name)} of epoch {epoch} is gone before it was published "
+                "(was the table's staging directory cleaned by hand?); its rows cannot be published. Restore it, "
+                "or start a new checkpointLocation"
+            ) from None
 
 
 def _report_metadata(epoch: int, query_id: str, report: EpochReport | None) -> dict[str, Any]:
