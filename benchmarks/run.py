@@ -600,6 +600,9 @@ READING = """## Reading the results (written by hand; the numbers above are from
 """
 
 
+KAFKA_BEGIN, KAFKA_END = "<!-- kafka:begin -->", "<!-- kafka:end -->"  # written by benchmarks.kafka
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.run", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes and one repeat")
@@ -642,7 +645,11 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     rows.sort(key=lambda r: r.scenario)
     report = render(rows, command, mode, time.perf_counter() - began)
-    (out / "BENCHMARKS.md").write_text(report)
+    target = out / "BENCHMARKS.md"
+    previous = target.read_text() if target.exists() else ""
+    if KAFKA_BEGIN in previous and KAFKA_END in previous:  # benchmarks.kafka's section stays
+        report += "\n" + previous[previous.index(KAFKA_BEGIN):previous.index(KAFKA_END) + len(KAFKA_END)] + "\n"
+    target.write_text(report)
     print(report)
     (out / "benchmarks" / "last-run.json").write_text(json.dumps([r.__dict__ for r in rows], indent=1))
     return 0

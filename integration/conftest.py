@@ -33,3 +33,14 @@ def spark():
 @pytest.fixture
 def dirs(tmp_path):
     return tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    """One real Kafka broker (KRaft, loopback) for the run, started on first use; its jars are fetched
+    with Maven into ~/.cache/regional the first time."""
+    from regional.testing.kafka_broker import KafkaBroker
+
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka")).start()
+    yield broker
+    broker.stop()

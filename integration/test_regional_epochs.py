@@ -138,3 +138,18 @@ def test_delta_commit_metadata_names_epoch_regions_and_fallbacks(spark, dirs):
     assert meta["committed"]["b"] == {"start": 0, "end": 3, "rows": 3}
     assert meta["fallen_back"]["a"]["ref_epoch"] == -1
     assert history[1]["regional"]["committed"] == {"a": {"start": 0, "end": 3, "rows": 3}}
+
+
+def test_a_query_that_starts_with_nothing_to_read_runs_an_empty_epoch_zero_then_reads_what_arrives(spark, dirs):
+    inp, out, ck = dirs
+    inp.mkdir(parents=True)
+    query = start_to_delta(regional_stream(spark, inp, ck), out, ck)
+    try:
+        query.processAllAvailable()  # Spark runs a new query's batch 0 even when the source has nothing
+        inputs = add_epoch_of_files(inp, REGIONS[:2], "001", 4)
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    epochs = regional.status(ck).epochs
+    assert [(e.epoch, e.kind, sorted(e.committed)) for e in epochs] == [(0, "global", []), (1, "global", ["a", "b"])]
+    assert_exactly_once_in_order(out, expected_rows(inputs), spark)

@@ -17,3 +17,7 @@ class RegionalStoreError(RegionalError):
 
 class RegionalPlanError(RegionalError):
     """The rows reaching the sink do not match the regions the source planned."""
+
+
+class RegionalDataLossError(RegionalError):
+    """Records a region still needed are gone from its source (retention, a deleted topic): failOnDataLoss."""

@@ -36,6 +36,7 @@ class QueryStatus:
     epochs: list[EpochRecord]  # retained epoch records, oldest first (the newest ones, when limited)
     latest_offsets: dict[str, int] = field(default_factory=dict)  # each region's end as the source last saw it
     ref_recorded_at: dict[int, float] = field(default_factory=dict)  # when each referenced epoch was recorded
+    log_starts: dict[str, int] | None = None  # each region's log start (sources with retention, e.g. Kafka)
     created_at: float | None = None
     now: float = 0.0
 
@@ -63,6 +64,13 @@ class QueryStatus:
             return None
         return max(latest - (state.committed_offset if state else 0), 0)
 
+    def retention_headroom(self, region: str) -> int | None:
+        """Offsets between the region's committed offset and its log start: how much retention may still
+        delete before the region loses records it needs (negative: already lost). None without retention."""
+        if self.log_starts is None or region not in self.log_starts or region not in self.regions:
+            return None
+        return self.regions[region].committed_offset - self.log_starts[region]
+
     def ref_age(self, region: str) -> tuple[int | None, float | None]:
         """How old a fallen-back region's ref_epoch is, in epochs and in seconds; (None, None) when current."""
         state = self.regions.get(region)
@@ -80,7 +88,8 @@ class QueryStatus:
         return {"state": s.state.value, "committed_offset": s.committed_offset,
                 "latest_offset": self.latest_offset(region), "lag": self.lag(region), "ref_epoch": s.ref_epoch,
                 "ref_age_epochs": age_epochs, "ref_age_seconds": None if age_s is None else round(age_s, 3),
-                "consecutive_failures": s.consecutive_failures, "reason": s.reason}
+                "consecutive_failures": s.consecutive_failures, "reason": s.reason,
+                "retention_headroom": self.retention_headroom(region)}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,7 +101,8 @@ class QueryStatus:
                         "committed": {r: {"start": s.start, "end": s.end, "rows": s.rows, "cut": s.cut}
                                       for r, s in e.committed.items()},
                         "fallen_back": {r: {"ref_epoch": f.ref_epoch, "reason": f.reason,
-                                            "quarantined": f.quarantined} for r, f in e.fallen_back.items()}}
+                                            "quarantined": f.quarantined} for r, f in e.fallen_back.items()},
+                        "lost": {r: {"from": a, "to": b} for r, (a, b) in e.lost.items()}}
                        for e in self.epochs],
         }
 
@@ -111,8 +121,9 @@ class QueryStatus:
                  f"{self.oldest_ref_epoch}, max lag {max(lags) if lags else '-'}"]
         if self.regions:
             width = max(6, *(len(r) for r in self.regions))
+            headroom = self.log_starts is not None
             lines.append(f"  {'region':<{width}}  {'committed':>10}  {'latest':>10}  {'lag':>8}  {'ref_epoch':>9}  "
-                         f"{'ref age':>12}  {'failures':>8}  state")
+                         f"{'ref age':>12}  {'failures':>8}  " + (f"{'headroom':>9}  " if headroom else "") + "state")
             for region, s in sorted(self.regions.items()):
                 latest, lag = self.latest_offset(region), self.lag(region)
                 age_epochs, age_s = self.ref_age(region)
@@ -120,11 +131,14 @@ class QueryStatus:
                 why = f"  ({s.reason})" if s.reason and s.ref_epoch is not None else ""
                 lines.append(f"  {region:<{width}}  {s.committed_offset:>10}  {_dash(latest):>10}  {_dash(lag):>8}  "
                              f"{_dash(s.ref_epoch):>9}  {age:>12}  {s.consecutive_failures:>8}  "
-                             f"{s.state.value}{why}")
+                             + (f"{_dash(self.retention_headroom(region)):>9}  " if headroom else "")
+                             + f"{s.state.value}{why}")
         if epochs:
             for e in self.epochs:
                 lines.append(f"  {describe(e)}")
                 lines.extend(f"      {r}: {f.reason}" for r, f in sorted(e.fallen_back.items()))
+                lines.extend(f"      {r}: offsets [{a}, {b}) were gone from the source (failOnDataLoss=false)"
+                             for r, (a, b) in sorted(e.lost.items()))
         return "\n".join(lines)
 
 
@@ -153,7 +167,8 @@ def status(checkpoint_location: str | os.PathLike[str], epochs: int | None = Non
         if record is not None:
             recorded_at[ref] = record.recorded_at
     return QueryStatus(str(store.checkpoint), regions, [records[e] for e in sorted(records)],
-                       store.read_latest_offsets(), recorded_at, store.created_at(), time.time())
+                       store.read_latest_offsets(), recorded_at, store.read_log_starts(), store.created_at(),
+                       time.time())
 
 
 def show(checkpoint: str, as_json: bool, epochs: int, watch: float | None) -> None:

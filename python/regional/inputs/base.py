@@ -5,6 +5,12 @@ and what a task needs to read a range (``split``, picklable). In the task: the r
 (``read``), as Arrow record batches whose first two columns are ``region`` and ``offset``, in
 offset order, stopping exactly at ``end``.
 
+An input whose log can lose its oldest records (Kafka's retention) is a ``RetainedInput``: it also
+says where each region's log begins now (``log_starts``), where the regions present when a new
+query starts begin (``starting_offsets``), whether losing records fails the query
+(``fail_on_data_loss``), and hears each recorded epoch (``on_recorded``). Other inputs start every
+region at 0 and never lose records.
+
 Built-in inputs are modules of this package named by ``source=<name>``, each exposing
 ``create(options) -> RegionInput``. Adding a source is adding a module: nothing else changes.
 """
@@ -12,12 +18,13 @@ Built-in inputs are modules of this package named by ``source=<name>``, each exp
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
 from regional.errors import RegionalConfigError
 from regional.plugins import find_plugin
+from regional.store.model import EpochRecord
 
 BATCH_ROWS = 10_000
 
@@ -44,6 +51,22 @@ class RegionInput(Protocol):
         ...
 
 
+@runtime_checkable
+class RetainedInput(RegionInput, Protocol):
+    fail_on_data_loss: bool  # a region whose next offset was deleted (or whose log vanished) fails the query
+
+    def log_starts(self) -> dict[str, int]:
+        """Each region's first offset still in its log, as of the last ``available``."""
+        ...
+
+    def starting_offsets(self, available: Mapping[str, int]) -> dict[str, int]:
+        """Where each region of ``available`` starts when the query is new (later regions start at their log start)."""
+        ...
+
+    def on_recorded(self, record: EpochRecord) -> None:
+        """After an epoch is recorded (e.g. commit the committed offsets to a consumer group)."""
+        ...
+
 
 def load_input(options: Mapping[str, str]) -> RegionInput:
     """Build the input named by the source's ``source`` option."""
@@ -51,7 +74,7 @@ def load_input(options: Mapping[str, str]) -> RegionInput:
     module = find_plugin("regional.inputs", name)
     if module is None:
         raise RegionalConfigError(
-            f"unknown source {name!r}: add .option('source', 'files') or .option('source', 'generator') to "
+            f"unknown source {name!r}: add .option('source', 'files'), 'kafka' or 'generator' to "
             "readStream"
         )
     return module.create(dict(options))

@@ -18,12 +18,12 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Protocol
 
 from regional import failpoints
-from regional.errors import RegionalConfigError, RegionalPlanError, RegionalStoreError
+from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalPlanError, RegionalStoreError
 from regional.protocol.settings import Settings
 from regional.store.model import (
     EpochKind,
@@ -70,6 +70,7 @@ class EpochPlan:
     settings: Settings
     final: bool = False  # a bounded input: once this plan is published whole, nothing is left to read
     force_reason: str | None = None  # this epoch must be forced-global (a graceful stop asked for it)
+    lost: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # region -> (from, to): skipped, gone
 
     def to_offset(self) -> dict[str, Any]:
         return {
@@ -80,6 +81,7 @@ class EpochPlan:
             "force_reason": self.force_reason,
             "settings": self.settings.to_json(),
             "regions": [[r.region, r.start, r.end, r.ref_epoch] for r in self.regions],
+            "lost": {r: list(span) for r, span in self.lost.items()},
         }
 
     @classmethod
@@ -88,9 +90,10 @@ class EpochPlan:
             regions = tuple(RegionRange(str(r), int(s), int(e), None if ref is None else int(ref))
                             for r, s, e, ref in offset["regions"])
             force = offset["force_reason"]
+            lost = {str(r): (int(a), int(b)) for r, (a, b) in offset.get("lost", {}).items()}
             return cls(str(offset["query_id"]), int(offset["epoch"]), str(offset["store"]), regions,
                        Settings.from_json(offset["settings"]), bool(offset["final"]),
-                       None if force is None else str(force))
+                       None if force is None else str(force), lost)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RegionalStoreError(
                 f"the offset {str(dict(offset))[:200]} was not written by this version of the regional source "
@@ -104,6 +107,15 @@ def initial_offset(query_id: str, store: str) -> dict[str, Any]:
     return {"query_id": query_id, "epoch": INITIAL_EPOCH, "store": store, "initial": True}
 
 
+@dataclass(frozen=True)
+class Retention:
+    """What a source whose log loses old records (Kafka) says at planning: where each region's log
+    begins now, and whether losing records fails the query (``failOnDataLoss``)."""
+
+    log_starts: Mapping[str, int]
+    fail_on_data_loss: bool = True
+
+
 def plan_epoch(
     epoch: int,
     query_id: str,
@@ -115,19 +127,32 @@ def plan_epoch(
     max_total: int | None = None,
     ends: Mapping[str, int] | None = None,
     force_reason: str | None = None,
+    first_offsets: Mapping[str, int] | None = None,
+    retention: Retention | None = None,
 ) -> EpochPlan:
     """Plan ``epoch``: each known region from its committed offset to what is available.
 
     ``available[r]`` is the next offset region ``r`` will have (its end); a region missing from it has
-    nothing new. ``max_per_region`` and ``max_total`` are read limits (admission control). ``ends`` are a
-    bounded input's final ends: the plan that reaches them everywhere is final.
+    nothing new. A region not in ``states`` yet starts at ``first_offsets[r]``, else at its log start,
+    else 0. ``max_per_region`` and ``max_total`` are read limits (admission control). ``ends`` are a
+    bounded input's final ends: the plan that reaches them everywhere is final. ``retention``: records
+    below a region's log start are gone; the plan skips them (recorded in ``lost``) or fails.
     """
     backlog: dict[str, tuple[int, int]] = {}
+    lost: dict[str, tuple[int, int]] = {}
+    first = first_offsets or {}
+    log_starts = retention.log_starts if retention else {}
     for region in sorted(set(states) | set(available)):
-        state = states.get(region, RegionState())
-        start = state.committed_offset
+        state = states.get(region)
+        start = state.committed_offset if state else first.get(region, log_starts.get(region, 0))
         end = available.get(region, start)
-        if end < start:
+        if retention is not None and region in log_starts:
+            log_start = log_starts[region]
+            if end < start or start < log_start:
+                skip = check_data_loss(region, start, end, log_start, retention.fail_on_data_loss)
+                lost[region] = (start, skip)
+                start = skip
+        elif end < start:
             raise RegionalStoreError(
                 f"region {region!r} now ends at offset {end} but offsets up to {start} were already committed: "
                 "its input must be append-only; restore what was removed or start a new checkpointLocation"
@@ -141,7 +166,23 @@ def plan_epoch(
     final = ends is not None and all(e >= ends.get(r, e) for r, (_s, e) in backlog.items())
     ranges = tuple(RegionRange(r, s, e, states[r].ref_epoch if r in states else None)
                    for r, (s, e) in backlog.items() if e > s)
-    return EpochPlan(query_id, epoch, store, ranges, settings, final, force_reason)
+    return EpochPlan(query_id, epoch, store, ranges, settings, final, force_reason, lost)
+
+
+def check_data_loss(region: str, start: int, end: int, log_start: int, fail: bool) -> int:
+    """A region's next offset is no longer in its log: fail (failOnDataLoss=true, Spark's default) or
+    return where reading goes on (the log start)."""
+    if end < start:
+        what = (f"region {region!r} now ends at offset {end}, below its committed offset {start}: its log was "
+                "truncated, or its topic deleted and created again")
+    else:
+        what = (f"records [{start}, {log_start}) of region {region!r} were deleted from its log (retention) "
+                "before they were read")
+    if fail:
+        raise RegionalDataLossError(
+            f"{what}. With failOnDataLoss=true (the default) the query stops. Set failOnDataLoss=false to go on "
+            "from the log start (the loss is recorded in the epoch record and in status), or lengthen retention")
+    return log_start
 
 
 def share_read_limit(backlogs: Mapping[str, int], total: int, rotate: int = 0) -> dict[str, int]:
@@ -209,6 +250,8 @@ class RegionOutcome:
 def outcomes_from_tasks(plan: EpochPlan, tasks: Sequence[TaskOutcome | None]) -> dict[str, RegionOutcome]:
     """Match task outcomes to planned regions (partition i reads ``plan.regions[i]``) and check them.
     Anything that does not add up makes the region fall back (MISSING); rows of the wrong region fail."""
+    if not plan.regions and all(t is None or not t.rows for t in tasks):
+        return {}  # an empty epoch (a new query's batch 0 with nothing to read): Spark runs one empty task
     if len(tasks) != len(plan.regions):
         raise RegionalPlanError(
             f"epoch {plan.epoch}: the sink ran {len(tasks)} tasks for {len(plan.regions)} planned regions. "
@@ -328,7 +371,8 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
     fallen_back: dict[str, FallBack] = {}
     regions = dict(before)  # regions without work keep their state
     for rr in plan.regions:
-        state, outcome = before.get(rr.region, RegionState()), seen[rr.region]
+        # A region's range starts at its committed offset, or where it first starts, or past lost records.
+        state, outcome = before.get(rr.region, RegionState(committed_offset=rr.start)), seen[rr.region]
         if kind is not EpochKind.ABORTED and rr.region not in failed:
             committed[rr.region] = Slice(rr.start, outcome.end, outcome.rows, cut=outcome.end < rr.end)
             regions[rr.region] = RegionState(committed_offset=outcome.end, last_epoch=plan.epoch)
@@ -337,12 +381,17 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
         why = own.reason if own and own.reason else f"epoch aborted: {reason}"
         quarantined = own is not None and own.status is Status.QUARANTINED
         regions[rr.region] = replace(
-            state, consecutive_failures=0 if reset_counters else state.consecutive_failures + (1 if own else 0),
+            state, committed_offset=rr.start,
+            consecutive_failures=0 if reset_counters else state.consecutive_failures + (1 if own else 0),
             state=Standing.QUARANTINED if quarantined else Standing.FALLEN_BACK, reason=why)
         ref = regions[rr.region].ref_epoch
         fallen_back[rr.region] = FallBack(-1 if ref is None else ref, why, quarantined)
+    planned = {rr.region for rr in plan.regions}
+    for region, (_gone_from, go_on) in plan.lost.items():  # lost records are gone, work or not
+        if region not in planned:
+            regions[region] = replace(regions.get(region, RegionState()), committed_offset=go_on)
     regional = (previous.regional_epochs if previous else 0) + (kind is EpochKind.REGIONAL)
-    return EpochRecord(plan.epoch, kind, committed, fallen_back, regions, reason, regional, now)
+    return EpochRecord(plan.epoch, kind, committed, fallen_back, regions, reason, regional, now, dict(plan.lost))
 
 
 # -- 4. Publish and 5. record ----------------------------------------------------------------

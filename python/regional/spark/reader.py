@@ -17,17 +17,29 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from regional.errors import RegionalConfigError, RegionalStoreError
+from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs import load_input
-from regional.protocol.epoch import INITIAL_EPOCH, EpochPlan, initial_offset, plan_epoch
+from regional.inputs.base import RetainedInput
+from regional.protocol.epoch import INITIAL_EPOCH, EpochPlan, Retention, initial_offset, plan_epoch
 from regional.protocol.settings import Settings, parse_optional_int, resolve_settings
 from regional.spark.task_files import TIMED_BATCH_ROWS, ReadReceipt, ReadStatus, SinkWatch, TaskFiles, TaskKey
-from regional.store import Store
+from regional.store import EpochRecord, RegionState, Store
 
 log = logging.getLogger("regional")
 
 # getDefaultReadLimit's ReadMaxRows when only maxRecordsPerRegion limits reading: no total cap.
 NO_TOTAL_LIMIT = 2**62
+
+
+def trigger_limit(options: Mapping[str, str]) -> int | None:
+    """``maxRecordsPerTrigger``, or Kafka's name for it, ``maxOffsetsPerTrigger`` (offsets, which Kafka
+    counts like records: a range of n offsets holds at most n records)."""
+    records = parse_optional_int(options, "maxRecordsPerTrigger", minimum=1)
+    offsets = parse_optional_int(options, "maxOffsetsPerTrigger", minimum=1)
+    if records is not None and offsets is not None and records != offsets:
+        raise RegionalConfigError(f"maxRecordsPerTrigger={records} and maxOffsetsPerTrigger={offsets} are the same "
+                                  "limit under two names: give one")
+    return records if records is not None else offsets
 
 
 @dataclass
@@ -57,11 +69,13 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.store = Store(checkpoint)
         self.input = load_input(options)
         self.max_per_region = parse_optional_int(options, "maxRecordsPerRegion", minimum=1)
-        self.max_per_trigger = parse_optional_int(options, "maxRecordsPerTrigger", minimum=1)
+        self.max_per_trigger = trigger_limit(options)
         resolve_settings(conf, options, {})  # a bad value fails at start, not in a task
         self.settings: Settings | None = None  # resolved once per run, at the first plan
         self.available_now: dict[str, int] | None = None  # Trigger.AvailableNow: read up to here, then end
         self.started_at = time.time()
+        self.warned_lost: set[tuple[str, int]] = set()  # losses already logged in this run
+        self.told_epoch = INITIAL_EPOCH  # the newest recorded epoch the input has heard of
 
     # -- planning, on the driver ----------------------------------------------------------------
 
@@ -109,24 +123,57 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"{'has no record' if record is None else f'ends at epoch {record.epoch}'}: the store was "
                 "removed or replaced. Restore it, or start the query on a new checkpointLocation"
             )
+        self._tell_input(record)
         stopping = self.store.final_epoch_requested_since(self.started_at)
         if stopping and record is not None and record.whole:
             return start  # a graceful stop got its final global epoch: start no other
         per_region, total = self._limits(limit)
         available = self.input.available(epoch)
-        self.store.record_latest_offsets(epoch, available)  # for the lag that status shows
+        states = record.regions if record else {}
+        first_offsets, retention = self._retention(states, available)
+        self.store.record_latest_offsets(epoch, available,  # for the lag and headroom that status shows
+                                         retention.log_starts if retention else None)
         if self.available_now is not None:
             available = {r: min(n, self.available_now.get(r, 0)) for r, n in available.items()}
-        plan = plan_epoch(epoch, query_id, str(self.store.checkpoint), record.regions if record else {}, available,
+        plan = plan_epoch(epoch, query_id, str(self.store.checkpoint), states, available,
                           self.resolved_settings(), per_region, total,
                           ends=self.available_now if self.available_now is not None else self.input.ends(),
-                          force_reason="a graceful stop asked for a final global epoch" if stopping else None)
+                          force_reason="a graceful stop asked for a final global epoch" if stopping else None,
+                          first_offsets=first_offsets, retention=retention)
+        for region, (gone_from, go_on) in sorted(plan.lost.items()):
+            if (region, gone_from) not in self.warned_lost:
+                self.warned_lost.add((region, gone_from))
+                log.warning("regional: region %r: offsets [%d, %d) are gone from the source; failOnDataLoss=false, "
+                            "so it goes on from %d (recorded in the epoch record)", region, gone_from, go_on, go_on)
         if record is not None and record.fallen_back and plan.regions:
             log.warning("regional: epoch %d retries %d fallen-back region(s): %s", epoch, len(record.fallen_back),
                         ", ".join(sorted(record.fallen_back)[:5]))
-        # Nothing to read anywhere: hand Spark its own offset back, so no empty epoch runs
-        # (and a bounded query, or Trigger.AvailableNow, ends).
-        return plan.to_offset() if plan.regions else start
+        # Nothing to read anywhere: hand Spark its own offset back, so no empty epoch runs (and a bounded
+        # query, or Trigger.AvailableNow, ends). Except for a new query: Spark runs its batch 0 whatever the
+        # source says, so epoch 0 is then an empty plan and Spark's batch ids stay the regional epochs.
+        return plan.to_offset() if plan.regions or previous == INITIAL_EPOCH else start
+
+    def _retention(self, states: Mapping[str, RegionState],
+                   available: Mapping[str, int]) -> tuple[dict[str, int], Retention | None]:
+        """For a source that loses old records (Kafka): where new regions start, where logs begin now,
+        and regions whose log is gone altogether (failOnDataLoss decides)."""
+        source = self.input
+        if not isinstance(source, RetainedInput):
+            return {}, None
+        first = self.store.starting_offsets(lambda: source.starting_offsets(available))
+        log_starts = source.log_starts()
+        gone = sorted(set(states) - set(log_starts))
+        if gone and source.fail_on_data_loss:
+            raise RegionalDataLossError(
+                f"region(s) {', '.join(gone[:10])} are gone from the source (topic or partition deleted) with "
+                "records possibly unread. With failOnDataLoss=true (the default) the query stops; set "
+                "failOnDataLoss=false to go on without them")
+        for region in gone:
+            if (region, -1) not in self.warned_lost:
+                self.warned_lost.add((region, -1))
+                log.warning("regional: region %r is gone from the source (topic or partition deleted); "
+                            "failOnDataLoss=false, so the query goes on without it", region)
+        return first, Retention(log_starts, source.fail_on_data_loss)
 
     def _limits(self, limit: ReadLimit) -> tuple[int | None, int | None]:
         """Spark's read limit: ReadAllAvailable ignores the options' limits, as pyspark documents."""
@@ -182,4 +229,14 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         receipt(ReadStatus.DONE, p.end)
 
     def commit(self, end: dict[str, Any]) -> None:
-        """Nothing to do: the sink's epoch record, not Spark's commit, moves a region's offset."""
+        """The sink's epoch record, not Spark's commit, moves a region's offset. A source that wants to hear
+        of recorded epochs (Kafka's commitOffsetsToGroup) hears it here, or at the next plan, whichever first:
+        Spark commits a source's last batch only when it plans the next one."""
+        if end.get("epoch", INITIAL_EPOCH) != INITIAL_EPOCH:
+            self._tell_input(self.store.read_record(int(end["epoch"])))
+
+    def _tell_input(self, record: EpochRecord | None) -> None:
+        if record is None or record.epoch <= self.told_epoch or not isinstance(self.input, RetainedInput):
+            return
+        self.input.on_recorded(record)
+        self.told_epoch = record.epoch

@@ -27,7 +27,8 @@ VERSIONS: dict[str, int] = {
     "epoch": 1,  # epochs/<n>.json: an epoch record
     "intent": 1,  # intents/<n>.json: phase two as decided
     "write-options": 1,  # write-options.json: writeStream's regional settings, recorded at query start
-    "latest-offsets": 1,  # latest-offsets.json: each region's end as the source last saw it, for lag
+    "latest-offsets": 1,  # latest-offsets.json: each region's end (and log start) as the source last saw it
+    "starting-offsets": 1,  # starting-offsets.json: where the regions of a new query start
     "final-epoch-request": 1,  # final-epoch-request.json: a graceful stop asks for a final global epoch
     "referenced-epochs": 1,  # referenced-epochs: the live ref_epochs, read by the JVM shim
     "query-plan": 1,  # query-plan.json: the JVM shim's plan check

@@ -86,6 +86,7 @@ class EpochRecord:
     reason: str | None = None
     regional_epochs: int = 0  # regional epochs so far in this query, this one included
     recorded_at: float = 0.0  # wall-clock seconds when the epoch was decided
+    lost: dict[str, tuple[int, int]] = field(default_factory=dict)  # region -> offsets skipped [from, to): gone
 
     @property
     def whole(self) -> bool:
@@ -108,6 +109,7 @@ class EpochRecord:
             "committed": {r: [s.start, s.end, s.rows, s.cut] for r, s in self.committed.items()},
             "fallen_back": {r: [f.ref_epoch, f.reason, f.quarantined] for r, f in self.fallen_back.items()},
             "regions": {r: s.to_json() for r, s in self.regions.items()},
+            "lost": {r: list(span) for r, span in self.lost.items()},
         }
 
     @classmethod
@@ -122,6 +124,7 @@ class EpochRecord:
             reason=None if data["reason"] is None else str(data["reason"]),
             regional_epochs=int(data["regional_epochs"]),
             recorded_at=float(data["recorded_at"]),
+            lost={str(r): (int(a), int(b)) for r, (a, b) in data.get("lost", {}).items()},
         )
 
 

@@ -7,7 +7,10 @@ Layout (every file in the format of ``store.files``: versioned, checksummed, ato
     intents/<epoch>.json   the write-ahead intent of phase two (decision and handles), written
                            before anything is published
     write-options.json     writeStream's regional settings, recorded by the listener at query start
-    latest-offsets.json    each region's end offset as the source last saw it (status shows the lag)
+    latest-offsets.json    each region's end offset as the source last saw it (status shows the lag),
+                           and its log start for sources with retention (status shows the headroom)
+    starting-offsets.json  where the regions present when the query started begin (startingOffsets),
+                           resolved once, at the first plan
     final-epoch-request.json
                            a graceful stop asks for a final global epoch
     referenced-epochs      the live ref_epochs: the JVM shim keeps Spark's offsets/N and
@@ -64,6 +67,7 @@ class Store:
         self._intents = self.root / "intents"
         self._write_options = self.root / "write-options.json"
         self._latest_offsets = self.root / "latest-offsets.json"
+        self._starting_offsets = self.root / "starting-offsets.json"
         self._final_request = self.root / "final-epoch-request.json"
         self._referenced = self.root / "referenced-epochs"
         self._query_plan = self.root / "query-plan.json"
@@ -161,19 +165,47 @@ class Store:
 
     # -- what the source last saw, for lag -------------------------------------------------
 
-    def record_latest_offsets(self, epoch: int, offsets: Mapping[str, int]) -> None:
+    def record_latest_offsets(self, epoch: int, offsets: Mapping[str, int],
+                              log_starts: Mapping[str, int] | None = None) -> None:
         files.write(self._latest_offsets, "latest-offsets",
-                    {"epoch": epoch, "seen_at": time.time(), "offsets": dict(offsets)})
+                    {"epoch": epoch, "seen_at": time.time(), "offsets": dict(offsets),
+                     "log_starts": None if log_starts is None else dict(log_starts)})
 
     def read_latest_offsets(self) -> dict[str, int]:
         """Each region's end offset as the source last saw it when planning; empty before the first plan."""
+        return self._read_seen("offsets") or {}
+
+    def read_log_starts(self) -> dict[str, int] | None:
+        """Each region's log start as the source last saw it; None for sources that never lose records."""
+        return self._read_seen("log_starts")
+
+    def _read_seen(self, key: str) -> dict[str, int] | None:
         data = files.read(self._latest_offsets, "latest-offsets")
-        if data is None:
-            return {}
+        if data is None or data.get(key) is None:
+            return None
         try:
-            return {str(r): int(o) for r, o in data["offsets"].items()}
+            return {str(r): int(o) for r, o in data[key].items()}
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise files.corrupt(self._latest_offsets, f"{type(exc).__name__}: {exc}") from None
+
+    # -- where a new query starts ---------------------------------------------------------------
+
+    def starting_offsets(self, resolve: Callable[[], Mapping[str, int]]) -> dict[str, int]:
+        """Where the regions present at the query's first plan start: ``resolve()`` once, then kept, so a
+        restart before any epoch (or ``startingOffsets=latest`` with nothing new yet) does not move them."""
+        data = files.read(self._starting_offsets, "starting-offsets")
+        if data is None and self.epochs():
+            raise RegionalStoreError(
+                f"the regional store at {self.root} has epoch records but no {self._starting_offsets.name}: it was "
+                "damaged. Restore the file from a backup, or start the query on a new checkpointLocation")
+        if data is None:
+            starts = {str(r): int(o) for r, o in resolve().items()}
+            files.create_exclusive(self._starting_offsets, "starting-offsets", starts)
+            data = files.read(self._starting_offsets, "starting-offsets")
+        try:
+            return {str(r): int(o) for r, o in data.items()}
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise files.corrupt(self._starting_offsets, f"{type(exc).__name__}: {exc}") from None
 
     def created_at(self) -> float | None:
         data = files.read(self._query, "query")

@@ -64,16 +64,17 @@ class DeltaTarget(RegionalTarget):
         name = f"part-{self.query_id[:8]}-e{epoch:08d}-{encode_region(region)}-{uuid.uuid4().hex[:12]}.parquet"
         path = directory / name
         rows = 0
+        schema = delta_schema(first.schema)
         try:
-            with pq.ParquetWriter(path, first.schema, compression="snappy") as writer:
+            with pq.ParquetWriter(path, schema, compression="snappy") as writer:
                 for batch in chain_first(first, batches):
-                    writer.write_batch(batch)
+                    writer.write_batch(batch if batch.schema is schema else batch.cast(schema))
                     rows += batch.num_rows
         except BaseException:
             path.unlink(missing_ok=True)
             raise
         return {"name": name, "size": path.stat().st_size, "rows": rows,
-                "schema": base64.b64encode(first.schema.serialize().to_pybytes()).decode("ascii")}
+                "schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")}
 
     # -- phase two, on the driver ------------------------------------------------------------
 
@@ -138,6 +139,14 @@ class DeltaTarget(RegionalTarget):
         except TableNotFoundError:
             return None
         return self._delta
+
+
+def delta_schema(schema: pa.Schema) -> pa.Schema:
+    """Spark hands timestamps over in the session's time zone; Delta's ``timestamp`` is an instant in UTC
+    (the same values, another label)."""
+    fields = [f.with_type(pa.timestamp(f.type.unit, tz="UTC"))
+              if pa.types.is_timestamp(f.type) and f.type.tz not in (None, "UTC") else f for f in schema]
+    return schema if all(a is b for a, b in zip(fields, schema, strict=True)) else pa.schema(fields, schema.metadata)
 
 
 def _move_into_table(staging: str, table: str, name: str, epoch: int) -> None:

@@ -1,0 +1,225 @@
+"""Kafka into Delta: regional's Kafka source vs Spark's own (spark-sql-kafka-0-10 into delta-spark), same run.
+
+    python -m benchmarks.kafka [--records 2000000] [--partitions 16] [--size 200] [--repeats 2]
+
+One real broker (KRaft, loopback), one topic, one SparkSession (``local[2,4]``) holding both pipelines.
+
+- Fault-free: each pipeline reads the whole topic from earliest with Trigger.AvailableNow into a new
+  Delta table; rows/s is records / wall time from ``start()`` to the end. Repeated, alternating; the
+  best run of each counts (the first runs warm the JVM and the Python workers).
+- One partition's target failing: regional's Delta target is down for one region for the whole run;
+  the rate of the 15 healthy partitions is their records / time until all of them are committed,
+  against the same partitions' share of the fault-free run. Stock Spark's sink fails the batch that
+  holds the partition (``foreachBatch`` into delta-spark, raising for that partition): it commits nothing.
+
+Writes the Kafka section of BENCHMARKS.md (between its markers) and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyspark
+from deltalake import DeltaTable
+
+import regional
+from regional.testing.kafka_broker import KafkaBroker
+
+ROOT = Path(__file__).resolve().parent.parent
+KAFKA_PACKAGE = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
+BEGIN, END = "<!-- kafka:begin -->", "<!-- kafka:end -->"
+FAIL_PARTITION = 3
+
+
+@dataclass
+class Run:
+    pipeline: str
+    seconds: float
+    rows: int
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds
+
+
+def produce(broker: KafkaBroker, topic: str, partitions: int, records: int, size: int) -> None:
+    producer = broker.producer(**{"linger.ms": "50", "batch.size": "1000000", "queue.buffering.max.messages": "500000",
+                                  "compression.type": "none"})
+    pad = b"x" * max(size - 24, 0)
+    for i in range(records):
+        value = b"%012d-%010d-" % (i, i % partitions) + pad
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    assert producer.flush(120) == 0
+
+
+def delta_rows(path: Path) -> int:
+    try:
+        return DeltaTable(str(path)).to_pyarrow_dataset().count_rows()
+    except Exception:  # no table: nothing committed
+        return 0
+
+
+def stock(spark, broker: KafkaBroker, topic: str, work: Path, fail: bool = False) -> Run:
+    out, ck = work / "out", work / "ck"
+    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
+          .option("subscribe", topic).option("startingOffsets", "earliest").load())
+    writer = df.writeStream.option("checkpointLocation", str(ck)).trigger(availableNow=True)
+    if fail:
+        def write(batch, batch_id: int) -> None:
+            if batch.filter(f"partition = {FAIL_PARTITION}").limit(1).count():
+                raise ConnectionError(f"target of partition {FAIL_PARTITION} is down (benchmark fault)")
+            batch.write.format("delta").mode("append").save(str(out))
+        writer = writer.foreachBatch(write)
+    else:
+        writer = writer.format("delta").option("path", str(out))
+    began = time.perf_counter()
+    query = writer.start()
+    try:
+        query.awaitTermination()
+    except Exception:  # the injected fault fails the stock query, as it would in production
+        if not fail:
+            raise
+    return Run("stock", time.perf_counter() - began, delta_rows(out))
+
+
+def regional_run(spark, broker: KafkaBroker, topic: str, work: Path, partitions: int = 0, records: int = 0,
+                 fail: bool = False) -> Run:
+    out, ck, marker = work / "out", work / "ck", work / "down"
+    df = (spark.readStream.format("regional").option("source", "kafka")
+          .option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", topic)
+          .option("startingOffsets", "earliest").load())
+    writer = (df.writeStream.format("regional").option("path", str(out)).option("checkpointLocation", str(ck))
+              .option("keepRegionColumns", "true"))
+    if not fail:
+        began = time.perf_counter()
+        query = writer.option("target", "delta").trigger(availableNow=True).start()
+        query.awaitTermination()
+        return Run("regional", time.perf_counter() - began, delta_rows(out))
+    marker.touch()
+    healthy = {f"{topic}-{p}" for p in range(partitions) if p != FAIL_PARTITION}
+    want = sum(1 for i in range(records) if i % partitions != FAIL_PARTITION)
+    began = time.perf_counter()
+    query = (writer.option("target", "python:benchmarks.faults:DownWhileMarked")
+             .option("failRegion", f"{topic}-{FAIL_PARTITION}").option("downMarker", str(marker)).start())
+    try:
+        while True:
+            st = regional.status(ck, epochs=1) if (ck / "regional" / "epochs").exists() else None
+            done = st is not None and all(st.regions.get(r) is not None for r in healthy) and sum(
+                st.regions[r].committed_offset for r in healthy) >= want
+            if done:
+                elapsed = time.perf_counter() - began
+                break
+            if query.exception() is not None:
+                raise RuntimeError(f"the regional query failed: {query.exception()}")
+            time.sleep(0.1)
+    finally:
+        query.stop()
+    return Run("regional", elapsed, want)
+
+
+def render(args: argparse.Namespace, free: dict[str, Run], faulty: dict[str, Run], healthy_share: float,
+           elapsed: float) -> str:
+    ratio = free["regional"].rate / free["stock"].rate
+    healthy_free = free["regional"].rate * healthy_share
+    kept = faulty["regional"].rate / healthy_free
+    rows = [
+        "| scenario | metric | stock | regional | ratio | goal | met |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"| K1. Kafka -> Delta, fault-free | rows/s | {free['stock'].rate:,.0f} | {free['regional'].rate:,.0f} | "
+        f"{ratio:.2f}x | >= 0.9x stock | {'yes' if ratio >= 0.9 else 'no'} |",
+        f"| K2. one partition's target failing | healthy partitions' rows/s, as a share of fault-free | "
+        f"{faulty['stock'].rows:,} rows committed | {faulty['regional'].rate:,.0f} rows/s | {kept:.2f}x | "
+        f">= 0.9x fault-free; stock commits nothing | {'yes' if kept >= 0.9 and not faulty['stock'].rows else 'no'} |",
+    ]
+    return "\n".join([
+        BEGIN,
+        "## Kafka source (issue 10)",
+        "",
+        f"- command: `python -m benchmarks.kafka --records {args.records} --partitions {args.partitions} "
+        f"--size {args.size} --repeats {args.repeats}` ({elapsed / 60:.1f} min)",
+        f"- machine: 2 cores, Linux {platform.machine()}, Python {platform.python_version()}; one Kafka broker "
+        "(KRaft, loopback) on the same machine",
+        f"- versions: pyspark {pyspark.__version__}, stock source {KAFKA_PACKAGE}, Delta via delta-spark "
+        "(stock) and deltalake (regional)",
+        f"- topic: {args.records:,} records of {args.size} bytes over {args.partitions} partitions; Spark "
+        "`local[2,4]`, both pipelines in one session, fault-free runs alternating, best of each",
+        "",
+        *rows,
+        "",
+        "- K1: every run's rows/s: " + "; ".join(f"{r.pipeline} {r.rate:,.0f} ({r.seconds:.1f} s)"
+                                                  for r in free["all"]),  # type: ignore[union-attr]
+        f"- K2: healthy partitions fault-free: {healthy_free:,.0f} rows/s (their share of the best fault-free "
+        f"regional run); with partition {FAIL_PARTITION}'s target down: {faulty['regional'].rows:,} rows in "
+        f"{faulty['regional'].seconds:.1f} s. Stock: the batch holding partition {FAIL_PARTITION} fails, the "
+        f"query stops, {faulty['stock'].rows} rows committed.",
+        "- regional writes `region` beside Kafka's columns (keepRegionColumns=true); stock writes Kafka's columns.",
+        END,
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.kafka", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=2_000_000)
+    parser.add_argument("--partitions", type=int, default=16)
+    parser.add_argument("--size", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
+    args = parser.parse_args(argv)
+    began = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="regional-bench-kafka-"))
+    broker = KafkaBroker(work / "broker").start()
+    try:
+        topic = "bench"
+        broker.create_topic(topic, args.partitions)
+        t = time.perf_counter()
+        produce(broker, topic, args.partitions, args.records, args.size)
+        print(f"produced {args.records:,} records in {time.perf_counter() - t:.1f} s", flush=True)
+        spark = regional.local_spark("local[2,4]", "regional-bench-kafka", {"spark.jars.packages": KAFKA_PACKAGE})
+        regional.register(spark)
+        spark.sparkContext.setLogLevel("OFF")
+        runs: list[Run] = []
+        for i in range(args.repeats):
+            for name, fn in (("stock", stock), ("regional", regional_run)):
+                run = fn(spark, broker, topic, work / f"{name}-{i}")
+                assert run.rows == args.records, f"{name} wrote {run.rows} of {args.records} rows"
+                runs.append(run)
+                print(f"fault-free {name}: {run.rate:,.0f} rows/s ({run.seconds:.1f} s)", flush=True)
+        best = {name: max((r for r in runs if r.pipeline == name), key=lambda r: r.rate)
+                for name in ("stock", "regional")}
+        faulty = {"stock": stock(spark, broker, topic, work / "stock-fault", fail=True),
+                  "regional": regional_run(spark, broker, topic, work / "regional-fault", args.partitions,
+                                           args.records, fail=True)}
+        print(f"one target down: stock committed {faulty['stock'].rows} rows; regional healthy "
+              f"{faulty['regional'].rate:,.0f} rows/s", flush=True)
+        spark.stop()
+    finally:
+        broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    healthy_share = (args.partitions - 1) / args.partitions
+    section = render(args, {**best, "all": runs}, faulty, healthy_share, time.perf_counter() - began)  # type: ignore[dict-item]
+    path = Path(args.out)
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if BEGIN in text and END in text:
+        text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text)
+    print(section)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,443 @@
+"""``source=kafka``: one region per topic-partition, with Spark's Kafka source options and row types.
+
+Options, as Spark's Kafka source names them: ``kafka.bootstrap.servers``; exactly one of ``subscribe``
+(comma list), ``subscribePattern`` (a Java-style regex matching whole topic names) and ``assign``
+(JSON ``{"topic": [0, 1]}``); ``startingOffsets`` (``earliest``, ``latest`` or JSON per partition, -2
+earliest, -1 latest; only for a new query); ``failOnDataLoss``; ``maxOffsetsPerTrigger``;
+``includeHeaders``; ``kafkaConsumer.pollTimeoutMs``; every other ``kafka.*`` option goes to the
+consumer (librdkafka's names, e.g. ``kafka.isolation.level``, ``kafka.security.protocol``). Like
+Spark's, the consumer reads ``read_uncommitted`` unless ``kafka.isolation.level`` says otherwise.
+Regional's own: ``commitOffsetsToGroup`` (after each recorded epoch, every region's committed offset
+is committed to that consumer group, so Kafka's lag tools show regional progress) and
+``metadataTimeoutMs`` (how long the driver waits for the broker, default 30 s).
+
+Region id ``<topic>-<partition>``. A region's offset is the Kafka offset: not contiguous
+(transaction markers, compaction), so a committed offset is "the next Kafka offset to read".
+Partitions that appear later join at the next epoch from their earliest offset.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from regional.errors import RegionalConfigError, RegionalError
+from regional.inputs.base import BATCH_ROWS
+from regional.protocol.settings import parse_bool, parse_int
+from regional.store.model import EpochRecord
+
+log = logging.getLogger("regional.kafka")
+# librdkafka's own log lines (reconnects, retries): quiet unless a user turns this logger up. Failures that
+# matter reach regional as errors, each with its own message.
+client_log = logging.getLogger("regional.kafka.client")
+if client_log.level == logging.NOTSET:
+    client_log.setLevel(logging.CRITICAL)
+
+SCHEMA = pa.schema([
+    ("region", pa.string()), ("offset", pa.int64()), ("key", pa.binary()), ("value", pa.binary()),
+    ("topic", pa.string()), ("partition", pa.int32()), ("timestamp", pa.timestamp("us", tz="UTC")),
+    ("timestampType", pa.int32()),
+])
+SCHEMA_DDL = ("region STRING, offset BIGINT, key BINARY, value BINARY, topic STRING, partition INT, "
+              "timestamp TIMESTAMP, timestampType INT")
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+EARLIEST, LATEST = -2, -1
+# Options Spark's Kafka source refuses, and what to use instead.
+REFUSED = {
+    "kafka.auto.offset.reset": "startingOffsets",
+    "kafka.enable.auto.commit": "commitOffsetsToGroup",
+    "kafka.key.deserializer": "a cast or UDF on the binary key column",
+    "kafka.value.deserializer": "a cast or UDF on the binary value column",
+    "kafka.interceptor.classes": "nothing (Java consumer interceptors do not exist here)",
+}
+INTERNAL_TOPIC = re.compile(r"^__")
+
+
+class KafkaError(RegionalError):
+    """The broker did not answer, or answered with an error regional cannot read past."""
+
+
+def create(options: dict[str, str]) -> KafkaInput:
+    return KafkaInput(options)
+
+
+@dataclass(frozen=True)
+class PartitionSplit:
+    topic: str
+    partition: int
+
+
+def region_of(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+class KafkaInput:
+    schema_ddl: str
+    schema: pa.Schema
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        try:
+            import confluent_kafka  # noqa: F401 - the client every part of this source uses
+        except ImportError:
+            raise RegionalConfigError("source=kafka needs confluent-kafka: pip install 'regional[kafka]'") from None
+        opts = {k.lower(): str(v) for k, v in options.items()}
+        self.bootstrap = opts.get("kafka.bootstrap.servers", "")
+        if not self.bootstrap:
+            raise RegionalConfigError("source=kafka needs the brokers: add .option('kafka.bootstrap.servers', "
+                                      "'host:9092')")
+        chosen = [k for k in ("subscribe", "subscribepattern", "assign") if opts.get(k)]
+        if len(chosen) != 1:
+            raise RegionalConfigError(
+                "source=kafka needs exactly one of 'subscribe', 'subscribePattern' and 'assign'"
+                + (f"; got {', '.join(chosen)}" if chosen else ""))
+        self.subscribe: list[str] | None = None
+        self.pattern: re.Pattern[str] | None = None
+        self.assign: dict[str, list[int]] | None = None
+        if opts.get("subscribe"):
+            self.subscribe = [t.strip() for t in opts["subscribe"].split(",") if t.strip()]
+            if not self.subscribe:
+                raise RegionalConfigError("source=kafka: 'subscribe' names no topic; give a comma list of topics")
+        elif opts.get("subscribepattern"):
+            try:
+                self.pattern = re.compile(opts["subscribepattern"])
+            except re.error as exc:
+                raise RegionalConfigError(f"source=kafka: subscribePattern {opts['subscribepattern']!r} is not a "
+                                          f"valid regular expression: {exc}") from None
+        else:
+            self.assign = _parse_assign(opts["assign"])
+        self.starting = _parse_starting_offsets(opts.get("startingoffsets", "latest"))
+        for key, instead in REFUSED.items():
+            if key in opts:
+                raise RegionalConfigError(f"source=kafka does not take {key!r}: use {instead}")
+        self.fail_on_data_loss = parse_bool(opts, "failOnDataLoss", default="true")
+        self.include_headers = parse_bool(opts, "includeHeaders", default="false")
+        self.poll_timeout_s = parse_int(opts, "kafkaConsumer.pollTimeoutMs", minimum=1, default="120000") / 1000
+        self.metadata_timeout_s = parse_int(opts, "metadataTimeoutMs", minimum=1, default="30000") / 1000
+        self.commit_group = opts.get("commitoffsetstogroup") or None
+        self.consumer_conf: dict[str, str] = {k[len("kafka."):]: v for k, v in opts.items()
+                                              if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
+        self.consumer_conf.setdefault("isolation.level", "read_uncommitted")  # Spark's (Java's) default
+        if self.consumer_conf["isolation.level"] not in ("read_committed", "read_uncommitted"):
+            raise RegionalConfigError(f"source=kafka: kafka.isolation.level must be read_committed or "
+                                      f"read_uncommitted, not {self.consumer_conf['isolation.level']!r}")
+        self.schema = SCHEMA.append(pa.field("headers", HEADERS)) if self.include_headers else SCHEMA
+        self.schema_ddl = SCHEMA_DDL + (", headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+                                        if self.include_headers else "")
+        self._admin: Any = None
+        self._splits: dict[str, PartitionSplit] = {}
+        self._log_starts: dict[str, int] = {}
+        self._check_client_conf()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_admin"] = None  # clients stay where they were made
+        return state
+
+    # -- the driver --------------------------------------------------------------------------------
+
+    def _conf(self, **extra: Any) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap, **self.consumer_conf, "logger": client_log, **extra}
+
+    def _check_client_conf(self) -> None:
+        """A kafka.* option librdkafka does not know fails here, at start, naming it."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        conf = {k: v for k, v in self._conf().items() if k != "isolation.level"}
+        try:
+            AdminClient(conf)
+        except (KafkaException, ValueError, TypeError) as exc:
+            raise RegionalConfigError(f"source=kafka: a kafka.* option is not a consumer setting: {exc}") from None
+
+    def admin(self) -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        if self._admin is None:
+            self._admin = AdminClient({k: v for k, v in self._conf().items() if k != "isolation.level"})
+        return self._admin
+
+    def partitions(self) -> dict[str, PartitionSplit]:
+        """The topic-partitions this query reads now, by region id. Metadata the broker cannot give yet (a
+        leader being elected after a restart) is asked for again, up to ``metadataTimeoutMs``."""
+        from confluent_kafka import KafkaError as RdKafkaError
+
+        deadline = time.monotonic() + self.metadata_timeout_s
+        while True:
+            try:
+                metadata = self.admin().list_topics(timeout=max(deadline - time.monotonic(), 1.0))
+            except Exception as exc:
+                raise KafkaError(f"source=kafka: no answer from kafka.bootstrap.servers={self.bootstrap} within "
+                                 f"{self.metadata_timeout_s:.0f} s ({exc}); check the address and that the brokers "
+                                 "are up (metadataTimeoutMs sets the wait)") from None
+            unsettled = [name for name, t in metadata.topics.items()
+                         if (t.error is not None and t.error.code() != RdKafkaError.UNKNOWN_TOPIC_OR_PART)
+                         or any(p.error is not None or p.leader < 0 for p in t.partitions.values())]
+            if not unsettled or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        topics = {name: t for name, t in metadata.topics.items() if t.error is None}
+        if self.subscribe is not None:
+            wanted = {t: sorted(topics[t].partitions) for t in self.subscribe if t in topics}
+        elif self.pattern is not None:
+            wanted = {t: sorted(m.partitions) for t, m in topics.items()
+                      if not INTERNAL_TOPIC.match(t) and self.pattern.fullmatch(t)}
+        else:
+            assert self.assign is not None
+            wanted = {t: [p for p in ps if p in topics[t].partitions] for t, ps in self.assign.items() if t in topics}
+        found = {region_of(topic, p): PartitionSplit(topic, p) for topic, parts in wanted.items() for p in parts}
+        self._splits.update(found)
+        return found
+
+    def _describe(self) -> str:
+        if self.subscribe is not None:
+            return f"subscribe {','.join(self.subscribe)}"
+        if self.pattern is not None:
+            return f"subscribePattern {self.pattern.pattern!r}"
+        return f"assign {json.dumps(self.assign)}"
+
+    def _offsets(self, splits: Mapping[str, PartitionSplit], latest: bool) -> dict[str, int]:
+        from confluent_kafka import IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        if not splits:
+            return {}
+        spec = OffsetSpec.latest() if latest else OffsetSpec.earliest()
+        level = (IsolationLevel.READ_COMMITTED if self.consumer_conf["isolation.level"] == "read_committed"
+                 else IsolationLevel.READ_UNCOMMITTED)
+        asked = {region: TopicPartition(s.topic, s.partition) for region, s in splits.items()}
+        result: dict[str, int] = {}
+        deadline = time.monotonic() + self.metadata_timeout_s
+        while True:  # after a broker restart, leaders and their epochs settle within moments: ask again
+            todo = {r: tp for r, tp in asked.items() if r not in result}
+            futures = self.admin().list_offsets({tp: spec for tp in todo.values()}, isolation_level=level,
+                                                request_timeout=max(deadline - time.monotonic(), 1.0))
+            errors = {}
+            for region, tp in todo.items():
+                future = next(f for k, f in futures.items() if k.topic == tp.topic and k.partition == tp.partition)
+                try:
+                    result[region] = int(future.result().offset)
+                except Exception as exc:  # librdkafka's KafkaException, with the cause
+                    errors[region] = exc
+            if not errors:
+                return result
+            if time.monotonic() > deadline:
+                region, exc = next(iter(sorted(errors.items())))
+                raise KafkaError(f"source=kafka: could not list the {'latest' if latest else 'earliest'} offset of "
+                                 f"region {region!r} within {self.metadata_timeout_s:.0f} s ({exc})")
+            self._admin = None  # a fresh client: librdkafka's cached leader epochs can stay stale (measured)
+            time.sleep(0.5)
+
+    def ends(self) -> None:
+        return None  # a topic may grow for ever
+
+    def available(self, epoch: int) -> dict[str, int]:
+        """Each partition's end: the high watermark (read_uncommitted) or last stable offset (read_committed).
+        Also refreshes the log-start offsets (``log_starts``) of the same partitions."""
+        splits = self.partitions()
+        if not splits and epoch <= 0:
+            raise RegionalConfigError(f"source=kafka: {self._describe()} matched no partition on {self.bootstrap}; "
+                                      "create the topic(s) first, or fix the option")
+        if self.assign is not None and epoch <= 0:
+            missing = [f"{t}-{p}" for t, ps in self.assign.items() for p in ps if region_of(t, p) not in splits]
+            if missing:
+                raise RegionalConfigError(f"source=kafka: assign names partitions that do not exist: "
+                                          f"{', '.join(missing[:10])}")
+        self._log_starts = self._offsets(splits, latest=False)
+        return self._offsets(splits, latest=True)
+
+    def log_starts(self) -> dict[str, int]:
+        """Each partition's log-start offset as of the last ``available``: older records are gone (retention)."""
+        return dict(self._log_starts)
+
+    def starting_offsets(self, available: Mapping[str, int]) -> dict[str, int]:
+        """Where the partitions present when a new query starts begin (``startingOffsets``)."""
+        starts = self.log_starts()
+        if self.starting in ("earliest", "latest"):
+            chosen = starts if self.starting == "earliest" else available
+            return {r: chosen[r] for r in available}
+        assert isinstance(self.starting, dict)
+        named = {region_of(t, p): o for t, ps in self.starting.items() for p, o in ps.items()}
+        unknown = sorted(set(named) - set(available))
+        if unknown:
+            raise RegionalConfigError(f"source=kafka: startingOffsets names partitions this query does not read: "
+                                      f"{', '.join(unknown[:10])}")
+        unnamed = sorted(set(available) - set(named))
+        if unnamed:
+            raise RegionalConfigError(
+                f"source=kafka: startingOffsets gives specific offsets but not for {', '.join(unnamed[:10])}; as with "
+                "Spark's Kafka source, name every partition (-2 for earliest, -1 for latest)")
+        result = {}
+        for region, offset in named.items():
+            if offset == EARLIEST:
+                result[region] = starts[region]
+            elif offset == LATEST:
+                result[region] = available[region]
+            elif offset > available[region]:
+                raise RegionalConfigError(f"source=kafka: startingOffsets gives {region} offset {offset}, past its "
+                                          f"end {available[region]}")
+            else:
+                result[region] = offset  # below the log start: the plan's failOnDataLoss check decides
+        return result
+
+    def split(self, region: str, start: int, end: int) -> PartitionSplit:
+        split = self._splits.get(region)
+        if split is None:
+            raise KafkaError(f"source=kafka: region {region!r} is not a partition this query reads")
+        return split
+
+    def on_recorded(self, record: EpochRecord) -> None:
+        """commitOffsetsToGroup: every known region's committed offset goes to the consumer group."""
+        if not self.commit_group:
+            return
+        from confluent_kafka import Consumer, TopicPartition
+
+        offsets = [TopicPartition(s.topic, s.partition, state.committed_offset)
+                   for region, state in sorted(record.regions.items()) if (s := self._splits.get(region))]
+        if not offsets:
+            return
+        consumer = Consumer(self._conf(**{"group.id": self.commit_group, "enable.auto.commit": False}))
+        try:
+            consumer.commit(offsets=offsets, asynchronous=False)
+        except Exception as exc:
+            log.warning("regional: could not commit epoch %d's offsets to consumer group %r: %s", record.epoch,
+                        self.commit_group, exc)
+        finally:
+            consumer.close()
+
+    # -- the task ----------------------------------------------------------------------------------
+
+    def read(self, region: str, start: int, end: int, split: Any,
+             batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+        """Offsets ``[start, end)`` of one partition, stopping exactly at ``end``. Gaps (transaction markers,
+        aborted or compacted records) are skipped; the end of the partition's readable log also ends the read,
+        so a marker at ``end - 1`` is never waited for."""
+        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import KafkaError as RdKafkaError
+
+        assert isinstance(split, PartitionSplit)
+        consumer = Consumer(self._conf(**{
+            "group.id": self.consumer_conf.get("group.id", "regional-reader"), "enable.auto.commit": False,
+            "enable.partition.eof": True, "auto.offset.reset": "error"}))
+        try:
+            consumer.assign([TopicPartition(split.topic, split.partition, start)])
+            rows = _Rows(region, split, self.include_headers)
+            deadline = time.monotonic() + self.poll_timeout_s
+            done = start >= end
+            while not done:
+                messages = consumer.consume(num_messages=max(batch_rows - len(rows), 1), timeout=0.5)
+                if messages:
+                    deadline = time.monotonic() + self.poll_timeout_s
+                for m in messages:
+                    error = m.error()
+                    if error is not None:
+                        if error.code() == RdKafkaError._PARTITION_EOF:
+                            done = done or m.offset() >= end
+                            continue
+                        if error.code() == RdKafkaError._AUTO_OFFSET_RESET or "out of range" in str(error).lower():
+                            raise KafkaError(f"region {region!r}: offsets from {start} are no longer in the log "
+                                             f"(deleted by retention?): {error}")
+                        if not error.retriable():
+                            raise KafkaError(f"region {region!r}: reading [{start}, {end}) failed: {error}")
+                        continue
+                    offset = m.offset()
+                    if offset >= end:
+                        done = True
+                        break
+                    rows.add(m)
+                    if offset == end - 1:
+                        done = True
+                        break
+                if len(rows) >= batch_rows or (done and len(rows)):
+                    yield rows.batch(self.schema)
+                if not done and time.monotonic() > deadline:
+                    raise KafkaError(
+                        f"region {region!r}: no record of [{start}, {end}) arrived for {self.poll_timeout_s:.0f} s "
+                        f"(read up to {rows.next_offset}); is the broker up? kafkaConsumer.pollTimeoutMs sets the wait")
+        finally:
+            consumer.close()
+
+
+class _Rows:
+    """Columns of one batch, filled from messages (librdkafka hands out one object per message)."""
+
+    def __init__(self, region: str, split: PartitionSplit, headers: bool) -> None:
+        self.region, self.split, self.with_headers = region, split, headers
+        self.next_offset: int | None = None
+        self._clear()
+
+    def _clear(self) -> None:
+        self.offsets: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.stamps: list[int | None] = []
+        self.types: list[int] = []
+        self.headers: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(self, m: Any) -> None:
+        kind, ms = m.timestamp()
+        self.offsets.append(m.offset())
+        self.keys.append(m.key())
+        self.values.append(m.value())
+        self.stamps.append(ms * 1000 if kind else None)
+        self.types.append(kind - 1)  # librdkafka 0/1/2 -> Java's -1 none, 0 CreateTime, 1 LogAppendTime
+        if self.with_headers:
+            h = m.headers()
+            self.headers.append([{"key": k, "value": v} for k, v in h] if h else None)
+        self.next_offset = m.offset() + 1
+
+    def batch(self, schema: pa.Schema) -> pa.RecordBatch:
+        n = len(self.offsets)
+        columns = [
+            pa.array([self.region] * n, pa.string()), pa.array(self.offsets, pa.int64()),
+            pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
+            pa.array([self.split.topic] * n, pa.string()), pa.array([self.split.partition] * n, pa.int32()),
+            pa.array(self.stamps, pa.timestamp("us", tz="UTC")), pa.array(self.types, pa.int32()),
+        ]
+        if self.with_headers:
+            columns.append(pa.array(self.headers, HEADERS))
+        self._clear()
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _parse_assign(text: str) -> dict[str, list[int]]:
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict) or not data or not all(isinstance(ps, list) and ps for ps in data.values()):
+            raise ValueError("expected a JSON object of topic -> non-empty list of partitions")
+        return {str(t): sorted({int(p) for p in ps}) for t, ps in data.items()}
+    except (ValueError, TypeError) as exc:
+        raise RegionalConfigError(f"source=kafka: assign {text!r} is not valid: {exc}; write it as "
+                                  '{"topicA": [0, 1], "topicB": [2]}') from None
+
+
+def _parse_starting_offsets(text: str) -> str | dict[str, dict[int, int]]:
+    word = text.strip().lower()
+    if word in ("earliest", "latest"):
+        return word
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict) or not data:
+            raise ValueError("expected a JSON object")
+        parsed: dict[str, dict[int, int]] = {}
+        for topic, parts in data.items():
+            if not isinstance(parts, dict):
+                raise ValueError(f"topic {topic!r} maps to {parts!r}, not to an object of partition -> offset")
+            parsed[str(topic)] = {int(p): int(o) for p, o in parts.items()}
+            if any(o < EARLIEST for o in parsed[str(topic)].values()):
+                raise ValueError("offsets are >= 0, or -2 (earliest) or -1 (latest)")
+        return parsed
+    except (ValueError, TypeError) as exc:
+        raise RegionalConfigError(
+            f"source=kafka: startingOffsets {text!r} is not 'earliest', 'latest' or JSON such as "
+            f'{{"topicA": {{"0": 23, "1": -2}}}} ({exc})') from None

@@ -1,0 +1,236 @@
+"""A real Kafka broker in KRaft mode on loopback ports, for tests and benchmarks (no Docker).
+
+The broker is ``kafka.Kafka`` from the ``org.apache.kafka:kafka_2.13`` jars on Maven Central. The jars
+are fetched with Maven once, into ``~/.cache/regional/kafka-<version>/lib`` (outside the repository),
+and reused. ``KafkaBroker`` formats a fresh log directory, starts the broker, waits for its port and
+stops it (``stop``/``kill``); ``restart`` keeps the data.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+log = logging.getLogger("regional.testing.kafka")
+KAFKA_VERSION = "4.1.1"
+CACHE = Path(os.environ.get("REGIONAL_CACHE", Path.home() / ".cache" / "regional"))
+START_TIMEOUT_S = 90.0
+
+_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>regional</groupId><artifactId>kafka-broker</artifactId><version>1</version>
+  <dependencies>
+    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId>
+      <version>{version}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+
+def broker_jars(version: str = KAFKA_VERSION) -> Path:
+    """The directory of the broker's jars, fetched with Maven on first use."""
+    home = CACHE / f"kafka-{version}"
+    lib = home / "lib"
+    if (home / "complete").exists():
+        return lib
+    if shutil.which("mvn") is None:
+        raise RuntimeError("the Kafka broker's jars are fetched with Maven: install Maven (apt-get install maven)")
+    work = Path(tempfile.mkdtemp(prefix="kafka-jars-", dir=CACHE.mkdir(parents=True, exist_ok=True) or CACHE))
+    (work / "pom.xml").write_text(_POM.format(version=version))
+    subprocess.run(["mvn", "-q", "-B", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
+                    "-DincludeScope=runtime", f"-DoutputDirectory={work / 'lib'}"], check=True,
+                   stdout=subprocess.DEVNULL)
+    if lib.exists():
+        shutil.rmtree(lib)
+    home.mkdir(parents=True, exist_ok=True)
+    (work / "lib").rename(lib)
+    shutil.rmtree(work, ignore_errors=True)
+    (home / "complete").write_text(version)
+    return lib
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class KafkaBroker:
+    """One broker (and its own KRaft controller) on 127.0.0.1."""
+
+    def __init__(self, workdir: Path, partitions: int = 1) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.lib = broker_jars()
+        self.port, self.controller_port = free_port(), free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.logs = self.workdir / "logs"
+        self.properties = self.workdir / "server.properties"
+        self.properties.write_text("\n".join([
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names=CONTROLLER",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            f"log.dirs={self.logs}",
+            f"num.partitions={partitions}",
+            "offsets.topic.replication.factor=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "auto.create.topics.enable=false",
+            # retention is checked often, so tests can delete old segments on demand
+            "log.retention.check.interval.ms=1000",
+            "log.segment.delete.delay.ms=0",
+            "",
+        ]))
+        self.process: subprocess.Popen[bytes] | None = None
+        self._admin = None
+        cluster = subprocess.run(self._java("kafka.tools.StorageTool", "random-uuid"), check=True,
+                                 capture_output=True, text=True).stdout.strip()
+        subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(self.properties)),
+                       check=True, capture_output=True)
+
+    def _java(self, main: str, *args: str, heap: str = "256m") -> list[str]:
+        return ["java", f"-Xmx{heap}", "-cp", f"{self.lib}/*",
+                f"-Dlog4j2.configurationFile={self._log_config()}", main, *args]
+
+    def _log_config(self) -> Path:
+        path = self.workdir / "log4j2.properties"
+        if not path.exists():
+            path.write_text("rootLogger.level=warn\nrootLogger.appenderRef.f.ref=F\n"
+                            "appender.f.type=File\nappender.f.name=F\n"
+                            f"appender.f.fileName={self.workdir / 'broker.log'}\n"
+                            "appender.f.layout.type=PatternLayout\nappender.f.layout.pattern=%d %p %c - %m%n\n")
+        return path
+
+    def start(self) -> KafkaBroker:
+        out = open(self.workdir / "broker.out", "ab")
+        self.process = subprocess.Popen(self._java("kafka.Kafka", str(self.properties), heap="768m"),
+                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        atexit.register(self.kill)  # a broker never outlives the process that started it
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the Kafka broker exited with {self.process.returncode}; see "
+                                   f"{self.workdir / 'broker.out'}")
+            if self._ready():
+                return self
+            time.sleep(0.3)
+        self.kill()
+        raise RuntimeError(f"the Kafka broker did not answer on {self.bootstrap} within {START_TIMEOUT_S:.0f} s")
+
+    def _ready(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                pass
+        except OSError:
+            return False
+        try:
+            AdminClient({"bootstrap.servers": self.bootstrap, "logger": log}).list_topics(timeout=2)
+            return True
+        except Exception:
+            return False
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.process = None
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(30)
+        self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    # -- helpers for tests and benchmarks ---------------------------------------------------------
+
+    def admin(self):
+        """One admin client per broker (a client dropped while a request runs cancels it)."""
+        from confluent_kafka.admin import AdminClient
+
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": log})
+        return self._admin
+
+    def create_topic(self, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
+        from confluent_kafka.admin import NewTopic
+
+        futures = self.admin().create_topics([NewTopic(topic, partitions, 1, config=config or {})])
+        futures[topic].result(30)
+        self._wait_for(lambda: len(self.admin().list_topics(topic, timeout=5).topics[topic].partitions) == partitions)
+
+    def add_partitions(self, topic: str, total: int) -> None:
+        from confluent_kafka.admin import NewPartitions
+
+        self.admin().create_partitions([NewPartitions(topic, total)])[topic].result(30)
+        self._wait_for(lambda: len(self.admin().list_topics(topic, timeout=5).topics[topic].partitions) == total)
+
+    def delete_topic(self, topic: str) -> None:
+        self.admin().delete_topics([topic])[topic].result(30)
+
+    def producer(self, **conf: str):
+        from confluent_kafka import Producer
+
+        return Producer({"bootstrap.servers": self.bootstrap, "linger.ms": "5", "logger": log, **conf})
+
+    def records(self, topic: str, isolation: str = "read_committed") -> dict[str, list[tuple[int, bytes | None]]]:
+        """Every record of the topic, as ``{"<topic>-<partition>": [(offset, value), ...]}``, read with a plain
+        consumer up to each partition's end: what a query of the topic must hold, record by record."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "regional-check", "logger": log,
+                             "enable.auto.commit": False, "isolation.level": isolation,
+                             "enable.partition.eof": True})
+        try:
+            parts = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+            out: dict[str, list[tuple[int, bytes | None]]] = {}
+            for p in parts:
+                low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+                got: list[tuple[int, bytes | None]] = []
+                if high > low:
+                    consumer.assign([TopicPartition(topic, p, low)])
+                    done, deadline = False, time.monotonic() + 30
+                    while not done and time.monotonic() < deadline:
+                        for m in consumer.consume(500, timeout=0.5):
+                            if m.error() is not None:
+                                done = done or m.error().code() == KafkaError._PARTITION_EOF
+                                continue
+                            got.append((m.offset(), m.value()))
+                    assert done, f"could not read {topic}-{p} to its end"
+                out[f"{topic}-{p}"] = got
+            return out
+        finally:
+            consumer.close()
+
+    @staticmethod
+    def _wait_for(check, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if check():
+                    return
+            except Exception:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError("Kafka metadata did not settle")

@@ -1,0 +1,106 @@
+"""source=kafka without a broker: options refused with clear errors, startingOffsets, data loss in the plan."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from regional.errors import RegionalConfigError, RegionalDataLossError
+from regional.inputs.base import RetainedInput
+from regional.inputs.kafka import KafkaInput
+from regional.protocol.epoch import RegionOutcome, Retention, Status, decide, plan_epoch
+from regional.protocol.settings import Settings
+from regional.store.model import EpochKind, EpochRecord, RegionState
+from support import QUERY
+
+BASE = {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "orders"}
+
+
+def kafka(**options: str) -> KafkaInput:
+    return KafkaInput({**BASE, **options})
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"kafka.bootstrap.servers": ""}, "kafka.bootstrap.servers"),
+    ({"assign": '{"orders": [0]}'}, "exactly one of .*; got subscribe, assign"),
+    ({"subscribe": "", "subscribePattern": "("}, "not a valid regular expression"),
+    ({"subscribe": "", "assign": "[0, 1]"}, "assign '\\[0, 1\\]' is not valid"),
+    ({"startingOffsets": '{"orders": {"0": oops}}'}, "startingOffsets .* is not 'earliest', 'latest' or JSON"),
+    ({"startingOffsets": '{"orders": {"0": -3}}'}, "-2 \\(earliest\\) or -1 \\(latest\\)"),
+    ({"kafka.auto.offset.reset": "earliest"}, "use startingOffsets"),
+    ({"kafka.enable.auto.commit": "true"}, "use commitOffsetsToGroup"),
+    ({"kafka.isolation.level": "serializable"}, "read_committed or read_uncommitted"),
+    ({"kafka.no.such.setting": "1"}, "not a consumer setting"),
+    ({"failOnDataLoss": "maybe"}, "not a boolean"),
+])
+def test_bad_options_are_refused_naming_what_to_do(options, message):
+    with pytest.raises(RegionalConfigError, match=message):
+        KafkaInput({**BASE, **options})
+
+
+def test_the_input_is_a_retained_input_pickles_without_clients_and_types_rows_as_spark_does():
+    source = kafka(includeHeaders="true")
+    assert isinstance(source, RetainedInput) and source.fail_on_data_loss
+    assert source.consumer_conf["isolation.level"] == "read_uncommitted"  # Spark's default
+    source._admin = object()
+    assert pickle.loads(pickle.dumps(source))._admin is None
+    assert source.schema_ddl.startswith("region STRING, offset BIGINT, key BINARY, value BINARY, topic STRING, "
+                                        "partition INT, timestamp TIMESTAMP, timestampType INT")
+    assert source.schema_ddl.endswith("headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
+    assert source.schema.names[:2] == ["region", "offset"]
+
+
+def test_starting_offsets_earliest_latest_and_json():
+    available = {"orders-0": 50, "orders-1": 40}
+    for word, want in (("earliest", {"orders-0": 10, "orders-1": 0}), ("latest", available)):
+        source = kafka(startingOffsets=word)
+        source._log_starts = {"orders-0": 10, "orders-1": 0}
+        assert source.starting_offsets(available) == want
+    source = kafka(startingOffsets='{"orders": {"0": 23, "1": -2}}')
+    source._log_starts = {"orders-0": 10, "orders-1": 0}
+    assert source.starting_offsets(available) == {"orders-0": 23, "orders-1": 0}
+    with pytest.raises(RegionalConfigError, match="not for orders-1"):
+        kafka(startingOffsets='{"orders": {"0": 23}}').starting_offsets(available)
+    with pytest.raises(RegionalConfigError, match="past its end 50"):
+        kafka(startingOffsets='{"orders": {"0": 51, "1": 0}}').starting_offsets(available)
+
+
+def plan(states, available, log_starts, fail=True, first=None):
+    return plan_epoch(4, QUERY, "/ck", states, available, Settings(), first_offsets=first,
+                      retention=Retention(log_starts, fail))
+
+
+def test_records_deleted_before_they_were_read_fail_the_plan_naming_region_and_range():
+    with pytest.raises(RegionalDataLossError, match=r"records \[5, 12\) of region 'orders-1' were deleted"):
+        plan({"orders-1": RegionState(5, 2)}, {"orders-1": 30}, {"orders-1": 12})
+
+
+def test_with_fail_on_data_loss_false_the_plan_skips_them_and_the_record_keeps_the_loss():
+    states = {"orders-0": RegionState(5, 2), "orders-1": RegionState(7, 2), "idle": RegionState(3, 1)}
+    p = plan(states, {"orders-0": 30, "orders-1": 9, "idle": 3}, {"orders-0": 12, "orders-1": 0, "idle": 8},
+             fail=False)
+    assert [(r.region, r.start, r.end) for r in p.regions] == [("orders-0", 12, 30), ("orders-1", 7, 9)]
+    assert p.lost == {"orders-0": (5, 12), "idle": (3, 8)}
+    # orders-0 fails in the target: it still moves past what is gone; the idle region moves too
+    record = decide(p, {"orders-0": RegionOutcome("orders-0", Status.FAILED, 12, reason="down"),
+                        "orders-1": RegionOutcome("orders-1", Status.WRITTEN, 9, 2)},
+                    EpochRecord(3, EpochKind.GLOBAL, {}, {}, states))
+    assert record.lost == {"orders-0": (5, 12), "idle": (3, 8)}
+    assert record.regions["orders-0"].committed_offset == 12 and record.regions["orders-0"].ref_epoch == 2
+    assert record.regions["idle"].committed_offset == 8
+    assert record.regions["orders-1"].committed_offset == 9
+
+
+def test_a_log_that_went_backwards_is_data_loss_and_new_regions_start_where_told():
+    with pytest.raises(RegionalDataLossError, match="truncated, or its topic deleted and created again"):
+        plan({"t-0": RegionState(40, 2)}, {"t-0": 3}, {"t-0": 0})
+    p = plan({"t-0": RegionState(40, 2)}, {"t-0": 3, "t-1": 9, "t-2": 9}, {"t-0": 0, "t-1": 4, "t-2": 0},
+             fail=False, first={"t-2": 6})
+    assert [(r.region, r.start, r.end) for r in p.regions] == [("t-0", 0, 3), ("t-1", 4, 9), ("t-2", 6, 9)]
+    assert p.lost == {"t-0": (40, 0)}
+    # a region failing in its first epoch keeps its first offset, not 0
+    record = decide(p, {"t-0": RegionOutcome("t-0", Status.WRITTEN, 3, 3),
+                        "t-1": RegionOutcome("t-1", Status.WRITTEN, 9, 5),
+                        "t-2": RegionOutcome("t-2", Status.FAILED, 6, reason="down")}, None)
+    assert record.regions["t-2"].committed_offset == 6 and record.regions["t-2"].ref_epoch == -1
