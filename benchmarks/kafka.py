@@ -107,6 +107,7 @@ def regional_run(spark, broker: KafkaBroker, topic: str, work: Path, partitions:
         query = writer.option("target", "delta").trigger(availableNow=True).start()
         query.awaitTermination()
         return Run("regional", time.perf_counter() - began, delta_rows(out))
+    work.mkdir(parents=True, exist_ok=True)
     marker.touch()
     healthy = {f"{topic}-{p}" for p in range(partitions) if p != FAIL_PARTITION}
     want = sum(1 for i in range(records) if i % partitions != FAIL_PARTITION)

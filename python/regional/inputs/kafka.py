@@ -18,6 +18,7 @@ Partitions that appear later join at the next epoch from their earliest offset.
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import re
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from regional.errors import RegionalConfigError, RegionalError
 from regional.inputs.base import BATCH_ROWS
@@ -125,6 +127,10 @@ class KafkaInput:
         self.consumer_conf: dict[str, str] = {k[len("kafka."):]: v for k, v in opts.items()
                                               if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
         self.consumer_conf.setdefault("isolation.level", "read_uncommitted")  # Spark's (Java's) default
+        # A task reads one partition's range start to end: bigger fetches than librdkafka's 1 MB per partition
+        # (measured: consume() time down by about a third for 200-byte records).
+        self.consumer_conf.setdefault("max.partition.fetch.bytes", str(16 << 20))
+        self.consumer_conf.setdefault("fetch.max.bytes", str(64 << 20))
         if self.consumer_conf["isolation.level"] not in ("read_committed", "read_uncommitted"):
             raise RegionalConfigError(f"source=kafka: kafka.isolation.level must be read_committed or "
                                       f"read_uncommitted, not {self.consumer_conf['isolation.level']!r}")
@@ -335,26 +341,25 @@ class KafkaInput:
                 messages = consumer.consume(num_messages=max(batch_rows - len(rows), 1), timeout=0.5)
                 if messages:
                     deadline = time.monotonic() + self.poll_timeout_s
-                for m in messages:
-                    error = m.error()
-                    if error is not None:
+                records = [m for m in messages if m.error() is None]
+                if len(records) != len(messages):  # errors, or the end of the readable log
+                    for m in messages:
+                        error = m.error()
+                        if error is None:
+                            continue
                         if error.code() == RdKafkaError._PARTITION_EOF:
                             done = done or m.offset() >= end
-                            continue
-                        if error.code() == RdKafkaError._AUTO_OFFSET_RESET or "out of range" in str(error).lower():
+                        elif error.code() == RdKafkaError._AUTO_OFFSET_RESET or "out of range" in str(error).lower():
                             raise KafkaError(f"region {region!r}: offsets from {start} are no longer in the log "
                                              f"(deleted by retention?): {error}")
-                        if not error.retriable():
+                        elif not error.retriable():
                             raise KafkaError(f"region {region!r}: reading [{start}, {end}) failed: {error}")
-                        continue
-                    offset = m.offset()
-                    if offset >= end:
-                        done = True
-                        break
-                    rows.add(m)
-                    if offset == end - 1:
-                        done = True
-                        break
+                if records:
+                    offsets = [m.offset() for m in records]
+                    if offsets[-1] >= end - 1:  # the range ends in this lot: keep what is below end
+                        cut = bisect.bisect_left(offsets, end)
+                        records, offsets, done = records[:cut], offsets[:cut], True
+                    rows.add(records, offsets)
                 if len(rows) >= batch_rows or (done and len(rows)):
                     yield rows.batch(self.schema)
                 if not done and time.monotonic() > deadline:
@@ -366,7 +371,8 @@ class KafkaInput:
 
 
 class _Rows:
-    """Columns of one batch, filled from messages (librdkafka hands out one object per message)."""
+    """Columns of one batch, filled from lots of messages. librdkafka hands out one object per message, so
+    each column is one comprehension over the lot; timestamps are converted in Arrow, not per row."""
 
     def __init__(self, region: str, split: PartitionSplit, headers: bool) -> None:
         self.region, self.split, self.with_headers = region, split, headers
@@ -377,32 +383,34 @@ class _Rows:
         self.offsets: list[int] = []
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
-        self.stamps: list[int | None] = []
-        self.types: list[int] = []
+        self.stamps: list[tuple[int, int]] = []
         self.headers: list[Any] = []
 
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add(self, m: Any) -> None:
-        kind, ms = m.timestamp()
-        self.offsets.append(m.offset())
-        self.keys.append(m.key())
-        self.values.append(m.value())
-        self.stamps.append(ms * 1000 if kind else None)
-        self.types.append(kind - 1)  # librdkafka 0/1/2 -> Java's -1 none, 0 CreateTime, 1 LogAppendTime
+    def add(self, records: list[Any], offsets: list[int]) -> None:
+        if not records:
+            return
+        self.offsets += offsets
+        self.keys += [m.key() for m in records]
+        self.values += [m.value() for m in records]
+        self.stamps += [m.timestamp() for m in records]
         if self.with_headers:
-            h = m.headers()
-            self.headers.append([{"key": k, "value": v} for k, v in h] if h else None)
-        self.next_offset = m.offset() + 1
+            self.headers += [[{"key": k, "value": v} for k, v in h] if (h := m.headers()) else None for m in records]
+        self.next_offset = offsets[-1] + 1
 
     def batch(self, schema: pa.Schema) -> pa.RecordBatch:
         n = len(self.offsets)
+        kinds = pa.array([k for k, _ in self.stamps], pa.int32())
+        millis = pa.array([ms for _, ms in self.stamps], pa.int64())
+        # librdkafka's kinds 0/1/2 are Java's -1 (none), 0 (CreateTime), 1 (LogAppendTime)
+        stamps = pc.if_else(pc.equal(kinds, 0), None, pc.multiply(millis, 1000)).cast(pa.timestamp("us", tz="UTC"))
         columns = [
             pa.array([self.region] * n, pa.string()), pa.array(self.offsets, pa.int64()),
             pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
             pa.array([self.split.topic] * n, pa.string()), pa.array([self.split.partition] * n, pa.int32()),
-            pa.array(self.stamps, pa.timestamp("us", tz="UTC")), pa.array(self.types, pa.int32()),
+            stamps, pc.subtract(kinds, 1),
         ]
         if self.with_headers:
             columns.append(pa.array(self.headers, HEADERS))
