@@ -223,6 +223,8 @@ class KafkaInput:
         deadline = time.monotonic() + self.metadata_timeout_s
         while True:  # after a broker restart, leaders and their epochs settle within moments: ask again
             todo = {r: tp for r, tp in asked.items() if r not in result}
+            if not todo:
+                return result
             futures = self.admin().list_offsets({tp: spec for tp in todo.values()}, isolation_level=level,
                                                 request_timeout=max(deadline - time.monotonic(), 1.0))
             errors = {}
@@ -240,6 +242,11 @@ class KafkaInput:
                                  f"region {region!r} within {self.metadata_timeout_s:.0f} s ({exc})")
             self._admin = None  # a fresh client: librdkafka's cached leader epochs can stay stale (measured)
             time.sleep(0.5)
+            # A partition whose topic was deleted while we asked is gone, not slow: the plan's failOnDataLoss
+            # check decides what that means, so stop asking for it.
+            present = self.partitions()
+            asked = {r: tp for r, tp in asked.items() if r in present}
+            result = {r: o for r, o in result.items() if r in present}
 
     def ends(self) -> None:
         return None  # a topic may grow for ever
@@ -256,8 +263,10 @@ class KafkaInput:
             if missing:
                 raise RegionalConfigError(f"source=kafka: assign names partitions that do not exist: "
                                           f"{', '.join(missing[:10])}")
-        self._log_starts = self._offsets(splits, latest=False)
-        return self._offsets(splits, latest=True)
+        log_starts = self._offsets(splits, latest=False)
+        ends = self._offsets({r: s for r, s in splits.items() if r in log_starts}, latest=True)
+        self._log_starts = {r: o for r, o in log_starts.items() if r in ends}
+        return ends
 
     def log_starts(self) -> dict[str, int]:
         """Each partition's log-start offset as of the last ``available``: older records are gone (retention)."""
@@ -407,15 +416,20 @@ class _Rows:
         # librdkafka's kinds 0/1/2 are Java's -1 (none), 0 (CreateTime), 1 (LogAppendTime)
         stamps = pc.if_else(pc.equal(kinds, 0), None, pc.multiply(millis, 1000)).cast(pa.timestamp("us", tz="UTC"))
         columns = [
-            pa.array([self.region] * n, pa.string()), pa.array(self.offsets, pa.int64()),
+            _constant(self.region, pa.string(), n), pa.array(self.offsets, pa.int64()),
             pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
-            pa.array([self.split.topic] * n, pa.string()), pa.array([self.split.partition] * n, pa.int32()),
+            _constant(self.split.topic, pa.string(), n), _constant(self.split.partition, pa.int32(), n),
             stamps, pc.subtract(kinds, 1),
         ]
         if self.with_headers:
             columns.append(pa.array(self.headers, HEADERS))
         self._clear()
         return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _constant(value: Any, type_: pa.DataType, n: int) -> pa.Array:
+    """``n`` copies of one value, built in Arrow rather than from a Python list."""
+    return pc.fill_null(pa.nulls(n, type_), pa.scalar(value, type_))
 
 
 def _parse_assign(text: str) -> dict[str, list[int]]:
