@@ -155,11 +155,9 @@ class KafkaInput:
     def _check_client_conf(self) -> None:
         """A kafka.* option librdkafka does not know fails here, at start, naming it."""
         from confluent_kafka import KafkaException
-        from confluent_kafka.admin import AdminClient
 
-        conf = {k: v for k, v in self._conf().items() if k != "isolation.level"}
         try:
-            AdminClient(conf)
+            self.admin()
         except (KafkaException, ValueError, TypeError) as exc:
             raise RegionalConfigError(f"source=kafka: a kafka.* option is not a consumer setting: {exc}") from None
 
@@ -227,9 +225,10 @@ class KafkaInput:
                 return result
             futures = self.admin().list_offsets({tp: spec for tp in todo.values()}, isolation_level=level,
                                                 request_timeout=max(deadline - time.monotonic(), 1.0))
+            by_partition = {(k.topic, k.partition): f for k, f in futures.items()}
             errors = {}
             for region, tp in todo.items():
-                future = next(f for k, f in futures.items() if k.topic == tp.topic and k.partition == tp.partition)
+                future = by_partition[(tp.topic, tp.partition)]
                 try:
                     result[region] = int(future.result().offset)
                 except Exception as exc:  # librdkafka's KafkaException, with the cause

@@ -232,8 +232,9 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The sink's epoch record, not Spark's commit, moves a region's offset. A source that wants to hear
         of recorded epochs (Kafka's commitOffsetsToGroup) hears it here, or at the next plan, whichever first:
         Spark commits a source's last batch only when it plans the next one."""
-        if end.get("epoch", INITIAL_EPOCH) != INITIAL_EPOCH:
-            self._tell_input(self.store.read_record(int(end["epoch"])))
+        epoch = int(end.get("epoch", INITIAL_EPOCH))
+        if isinstance(self.input, RetainedInput) and epoch > self.told_epoch:  # no store read for other inputs
+            self._tell_input(self.store.read_record(epoch))
 
     def _tell_input(self, record: EpochRecord | None) -> None:
         if record is None or record.epoch <= self.told_epoch or not isinstance(self.input, RetainedInput):

@@ -65,10 +65,11 @@ class DeltaTarget(RegionalTarget):
         path = directory / name
         rows = 0
         schema = delta_schema(first.schema)
+        relabel = schema is not first.schema  # decided once: the hot loop casts only when Delta needs it
         try:
             with pq.ParquetWriter(path, schema, compression="snappy") as writer:
                 for batch in chain_first(first, batches):
-                    writer.write_batch(batch if batch.schema is schema else batch.cast(schema))
+                    writer.write_batch(batch.cast(schema) if relabel else batch)
                     rows += batch.num_rows
         except BaseException:
             path.unlink(missing_ok=True)
@@ -144,9 +145,11 @@ class DeltaTarget(RegionalTarget):
 def delta_schema(schema: pa.Schema) -> pa.Schema:
     """Spark hands timestamps over in the session's time zone; Delta's ``timestamp`` is an instant in UTC
     (the same values, another label)."""
-    fields = [f.with_type(pa.timestamp(f.type.unit, tz="UTC"))
-              if pa.types.is_timestamp(f.type) and f.type.tz not in (None, "UTC") else f for f in schema]
-    return schema if all(a is b for a, b in zip(fields, schema, strict=True)) else pa.schema(fields, schema.metadata)
+    relabel = {i for i, f in enumerate(schema) if pa.types.is_timestamp(f.type) and f.type.tz not in (None, "UTC")}
+    if not relabel:
+        return schema
+    return pa.schema([f.with_type(pa.timestamp(f.type.unit, tz="UTC")) if i in relabel else f
+                      for i, f in enumerate(schema)], schema.metadata)
 
 
 def _move_into_table(staging: str, table: str, name: str, epoch: int) -> None:
