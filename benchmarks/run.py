@@ -600,7 +600,8 @@ READING = """## Reading the results (written by hand; the numbers above are from
 """
 
 
-KAFKA_BEGIN, KAFKA_END = "<!-- kafka:begin -->", "<!-- kafka:end -->"  # written by benchmarks.kafka
+# Sections written by the other benchmark modules (benchmarks.kafka, benchmarks.postgres); they stay.
+KEPT_SECTIONS = ("kafka", "postgres")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -647,8 +648,10 @@ def main(argv: list[str] | None = None) -> int:
     report = render(rows, command, mode, time.perf_counter() - began)
     target = out / "BENCHMARKS.md"
     previous = target.read_text() if target.exists() else ""
-    if KAFKA_BEGIN in previous and KAFKA_END in previous:  # benchmarks.kafka's section stays
-        report += "\n" + previous[previous.index(KAFKA_BEGIN):previous.index(KAFKA_END) + len(KAFKA_END)] + "\n"
+    for name in KEPT_SECTIONS:
+        begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+        if begin in previous and end in previous:
+            report += "\n" + previous[previous.index(begin):previous.index(end) + len(end)] + "\n"
     target.write_text(report)
     print(report)
     (out / "benchmarks" / "last-run.json").write_text(json.dumps([r.__dict__ for r in rows], indent=1))

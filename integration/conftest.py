@@ -44,3 +44,14 @@ def kafka(tmp_path_factory):
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka")).start()
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """One real PostgreSQL server (Debian's package, installed with apt if missing) on a loopback port, with
+    max_prepared_transactions set; stopped and removed at the end."""
+    from regional.testing.postgres_server import PostgresServer
+
+    server = PostgresServer().start()
+    yield server
+    server.remove()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from regional.targets.delta import DeltaTarget
+from regional.targets.postgres import PostgresTarget
 
 
 def _epochs(text: str) -> set[int]:
@@ -74,3 +76,35 @@ class NotifiedDelta(FlakyDelta):
                  fallen_back: dict[str, tuple[int, str]]) -> None:
         with open(self.options["notifylog"], "a") as f:
             f.write(json.dumps({"epoch": epoch, "committed": committed, "fallen_back": fallen_back}) + "\n")
+
+
+class KillingPostgres(PostgresTarget):
+    """The real PostgreSQL committer whose Python worker SIGKILLs itself, once each (marker files under
+    ``faultDir``), for ``killRegion``: in the middle of its COPY (``mid-copy``), then right after its
+    PREPARE TRANSACTION (``after-prepare``), leaving a prepared transaction whose locks nobody releases."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.kill_region = options.get("killregion", "")
+        self.fault_dir = Path(options.get("faultdir", "."))
+
+    def _once(self, name: str) -> bool:
+        try:
+            (self.fault_dir / name).open("x").close()
+            return True
+        except FileExistsError:
+            return False
+
+    def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Any:
+        if region != self.kill_region:
+            return super().prepare(epoch, region, batches)
+
+        def then_kill() -> Iterator[pa.RecordBatch]:
+            yield from batches
+            if self._once("mid-copy"):  # the COPY has begun and is not finished
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        handle = super().prepare(epoch, region, then_kill())
+        if self._once("after-prepare"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return handle

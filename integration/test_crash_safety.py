@@ -6,51 +6,20 @@ the process that reaches one writes a marker file and waits to be killed.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
 
 import regional
-from integration.conftest import ROOT
-from integration.helpers import add_epoch_of_files, assert_exactly_once_in_order, expected_rows
+from integration.helpers import add_epoch_of_files, assert_exactly_once_in_order, expected_rows, run_killable
 from regional.targets.delta import STAGING_DIR
 
 
 def run_child(inp: Path, out: Path, ck: Path, b_down: Path, failpoint: str | None, marker: Path,
               timeout: float = 240) -> str:
-    env = dict(os.environ)
-    env.pop("REGIONAL_FAILPOINT", None)
-    if failpoint:
-        env["REGIONAL_FAILPOINT"] = failpoint
-        env["REGIONAL_FAILPOINT_FILE"] = str(marker)
-    child = subprocess.Popen(
-        [sys.executable, "-m", "integration.crash_child", str(inp), str(out), str(ck), str(b_down)],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,  # its own process group: the JVM and the workers die with it
-    )
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            if failpoint and marker.exists():
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
-                return "killed"
-            if child.poll() is not None:
-                output = child.stdout.read() if child.stdout else ""
-                assert child.returncode == 0, f"child failed:\n{output[-4000:]}"
-                return "finished"
-            time.sleep(0.2)
-        raise AssertionError(f"child neither reached {failpoint} nor finished in {timeout}s")
-    finally:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
+    return run_killable(["integration.crash_child", str(inp), str(out), str(ck), str(b_down)], failpoint, marker,
+                        timeout)
 
 
 def orphans(table: Path) -> list[str]:

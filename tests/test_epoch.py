@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from regional.errors import RegionalConfigError, RegionalPlanError, RegionalStoreError
-from regional.protocol.epoch import Status, commit_epoch, outcomes_from_tasks, plan_epoch
+from regional.protocol.epoch import Status, commit_epoch, outcomes_from_tasks, plan_epoch, ready_target
 from regional.protocol.settings import Settings
 from regional.store import EpochKind, Standing, Store
 from support import MemoryTarget, tasks_for
@@ -50,6 +50,27 @@ def test_rerun_after_a_crash_before_publishing_publishes_the_first_decision(stor
     assert set(rec.committed) == {"a"} and set(rec.fallen_back) == {"b"}
     assert (0, {"rerun:b": "b@0-5#1"}) in target.aborted  # the re-run's staging is discarded
     assert store.read_intent(0) is None  # pruned once recorded
+
+
+def test_an_epoch_decided_by_a_dead_driver_is_finished_before_its_rerun_tasks_start(store):
+    """A target whose staged slices hold locks (PostgreSQL) must not see the re-run's tasks before the
+    interrupted epoch's slices are committed or rolled back."""
+    target = MemoryTarget()
+    opened, swept = [], []
+    target.open = opened.append  # type: ignore[attr-defined]
+    target.sweep = swept.append  # type: ignore[attr-defined]
+    assert ready_target(store, target, "schema") is None and opened == ["schema"] and swept == []
+    plan = next_plan(store, 0, {"a": 5, "b": 5})
+    target.fail_commit = True
+    with pytest.raises(RuntimeError):
+        commit_epoch(plan, tasks_for(plan, failing={"b"}), store, target)
+    target.fail_commit = False
+    finished = ready_target(store, target, "schema")  # the restarted driver, before epoch 0's tasks re-run
+    assert finished is not None and finished.epoch == 0 and set(finished.committed) == {"a"}
+    assert target.commits == {0: {"a": "a@0-5#0"}} and store.read_record(0) == finished and swept[-1] == 0
+    again = commit_epoch(plan, tasks_for(plan, attempt=1), store, target)  # the re-run's tasks: discarded
+    assert again == finished and target.commits == {0: {"a": "a@0-5#0"}}
+    assert target.aborted[-1] == (0, {"a": "a@0-5#1", "b": "b@0-5#1"})
 
 
 def test_rerun_after_the_record_publishes_nothing_again(store):

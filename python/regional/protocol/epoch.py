@@ -455,14 +455,20 @@ def commit_epoch(plan: EpochPlan, tasks: Sequence[TaskOutcome | None], store: Ep
         _require_json_handles(epoch, intent, target)
         # The write-ahead intent: from here on, this epoch's outcome is fixed.
         store.write_intent(epoch, intent)
-    else:
+    else:  # decided by a run that died before ready_target of the re-run could finish it
         log.warning("regional: epoch %d was interrupted after its decision; finishing it as decided", epoch)
         intent = Intent(intent.record, intent.publish,
                         {**intent.discard, **{f"rerun:{r}": h for r, h in staged_now.items()}})
+    return publish_and_record(intent, store, target, plan.settings.retain_epochs)
+
+
+def publish_and_record(intent: Intent, store: EpochStore, target: Target, retain_epochs: int | None) -> EpochRecord:
+    """Steps 4 and 5 of a decided epoch; a re-run repeats them safely (the target acts once)."""
+    record = intent.record
+    epoch = record.epoch
     failpoints.reach("before_publish", epoch)
 
     # 4. Publish the committed regions' slices (atomic and idempotent in the target), discard the rest.
-    record = intent.record
     if record.committed:
         commit_with_report(target, epoch, intent.publish, report_of(record))
     failpoints.reach("before_record", epoch)
@@ -471,12 +477,36 @@ def commit_epoch(plan: EpochPlan, tasks: Sequence[TaskOutcome | None], store: Ep
 
     # 5. Record the epoch: the store's state now includes it. Then clean up, and tell the target.
     store.write_record(record)
-    store.prune(plan.settings.retain_epochs)
+    if retain_epochs is not None:
+        store.prune(retain_epochs)
     if epoch % SWEEP_EVERY_EPOCHS == 0 and callable(getattr(target, "sweep", None)):
         target.sweep(epoch)  # type: ignore[attr-defined]
     log.info("regional: %s", describe(record))
     notify(target, record)
     return record
+
+
+def ready_target(store: EpochStore, target: Target, schema: Any) -> EpochRecord | None:
+    """On the driver, before an epoch's tasks run (the sink is built for every epoch):
+
+    1. the target checks itself and creates what is missing (its optional ``open(schema)``);
+    2. an epoch decided but not recorded when the driver died is finished as decided now, not after its
+       re-run's tasks: staged slices that hold locks (PostgreSQL's prepared transactions) would block them;
+    3. what recorded epochs staged but never published (dead tasks and drivers) is swept.
+
+    Returns the record of the epoch it finished, if any."""
+    if callable(getattr(target, "open", None)):
+        target.open(schema)  # type: ignore[attr-defined]
+    latest = store.latest_record()
+    finished = None
+    intent = store.read_intent(latest.epoch + 1 if latest else 0)
+    if intent is not None:
+        log.warning("regional: epoch %d was interrupted after its decision; finishing it as decided",
+                    intent.record.epoch)
+        finished = latest = publish_and_record(intent, store, target, None)
+    if latest is not None and callable(getattr(target, "sweep", None)):
+        target.sweep(latest.epoch)  # type: ignore[attr-defined]
+    return finished
 
 
 def _require_json_handles(epoch: int, intent: Intent, target: Target) -> None:

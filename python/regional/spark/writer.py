@@ -22,7 +22,7 @@ from pyspark.sql.types import StructType
 
 from regional import failpoints
 from regional.errors import RegionalConfigError, RegionalPlanError
-from regional.protocol.epoch import Status, TaskOutcome, commit_epoch
+from regional.protocol.epoch import Status, TaskOutcome, commit_epoch, ready_target
 from regional.protocol.settings import given_settings, parse_bool
 from regional.spark.offset_log import read_plan
 from regional.spark.task_files import ReadStatus, TaskFiles, TaskKey
@@ -132,13 +132,21 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         self.mixed = not store.plan_allows_regional_epochs()
         self.keep_region_columns = parse_bool(options, "keepRegionColumns", default="false")
         self.target_options = {**{k.lower(): str(v) for k, v in options.items()}, QUERY_ID_OPTION: self.query_id}
-        load_target(self.target_options)  # a bad target fails at start, not in a task
+        # A bad target fails at start, not in a task; an interrupted epoch is finished before new tasks run.
+        ready_target(store, load_target(self.target_options), self._target_schema(schema))
         given = given_settings(options)
         if store.read_write_options() != given:
             # Not recorded at query start (no listener): record them now; the next planned epoch uses them.
             log.warning("regional: writeStream's regional settings %s were not recorded when the query started "
                         "(call regional.register(spark) first); they apply from the next planned epoch", given)
             store.record_write_options("writer", given)
+
+    def _target_schema(self, schema: StructType) -> pa.Schema:
+        """The Arrow schema of the rows ``prepare`` receives."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        kept = StructType([f for f in schema.fields if self.keep_region_columns or f.name not in REGION_COLUMNS])
+        return to_arrow_schema(kept, timezone="UTC")
 
     def _target(self) -> Target:
         return load_target(self.target_options)

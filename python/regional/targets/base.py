@@ -50,7 +50,9 @@ class Target(Protocol):
     - ``published(epoch) -> bool``: whether the target already holds epoch's commit (lets the driver notice
       a store that lost an intent);
     - ``sweep(up_to_epoch)``: remove staged output of epochs up to this one that was never published;
-    - ``wants_report = True``: ``commit`` then also receives ``report=EpochReport(...)``.
+    - ``wants_report = True``: ``commit`` then also receives ``report=EpochReport(...)``;
+    - ``open(schema)``: on the driver before each epoch's tasks run, with the Arrow schema ``prepare`` will
+      receive: check the target and create what is missing, so a bad target fails at start.
     """
 
     def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Any: ...
