@@ -23,30 +23,20 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
 from deltalake import DeltaTable
 
 import regional
+from benchmarks.sections import Run, markers, write_section
 from regional.testing.kafka_broker import KafkaBroker
 
 ROOT = Path(__file__).resolve().parent.parent
 KAFKA_PACKAGE = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
-BEGIN, END = "<!-- kafka:begin -->", "<!-- kafka:end -->"
+BEGIN, END = markers("kafka")
 FAIL_PARTITION = 3
 
-
-@dataclass
-class Run:
-    pipeline: str
-    seconds: float
-    rows: int
-
-    @property
-    def rate(self) -> float:
-        return self.rows / self.seconds
 
 
 def produce(broker: KafkaBroker, topic: str, partitions: int, records: int, size: int) -> None:
@@ -211,14 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     healthy_share = (args.partitions - 1) / args.partitions
     section = render(args, {**best, "all": runs}, faulty, healthy_share, time.perf_counter() - began)  # type: ignore[dict-item]
-    path = Path(args.out)
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)
-    print(section)
+    write_section(Path(args.out), "kafka", section)
     return 0
 
 

@@ -24,29 +24,19 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyspark
 
 import regional
+from benchmarks.sections import Run, markers, write_section
 from regional.testing.postgres_server import PostgresServer
 
 ROOT = Path(__file__).resolve().parent.parent
 JDBC_PACKAGE = "org.postgresql:postgresql:42.7.8"
-BEGIN, END = "<!-- postgres:begin -->", "<!-- postgres:end -->"
+BEGIN, END = markers("postgres")
 ROWS_PER_FILE = 50_000
 
-
-@dataclass
-class Run:
-    pipeline: str
-    seconds: float
-    rows: int
-
-    @property
-    def rate(self) -> float:
-        return self.rows / self.seconds
 
 
 def write_input(root: Path, regions: int, rows: int, size: int) -> None:
@@ -159,14 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         server.remove()
         shutil.rmtree(work, ignore_errors=True)
     section = render(args, runs, time.perf_counter() - began)
-    path = Path(args.out)
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        text = text[:text.index(BEGIN)] + section + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)
-    print(section)
+    write_section(Path(args.out), "postgres", section)
     return 0
 
 

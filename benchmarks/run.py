@@ -33,6 +33,7 @@ import pyarrow.parquet as pq  # noqa: E402
 
 import regional  # noqa: E402
 from benchmarks.faults import transient_failure  # noqa: E402
+from benchmarks.sections import markers  # noqa: E402
 from regional.store import Store  # noqa: E402
 
 REGIONS = [f"r{i:02d}" for i in range(16)]
@@ -649,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
     target = out / "BENCHMARKS.md"
     previous = target.read_text() if target.exists() else ""
     for name in KEPT_SECTIONS:
-        begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+        begin, end = markers(name)
         if begin in previous and end in previous:
             report += "\n" + previous[previous.index(begin):previous.index(end) + len(end)] + "\n"
     target.write_text(report)

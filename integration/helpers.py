@@ -163,3 +163,24 @@ def run_killable(args: list[str], failpoint: str | None, marker: Path, timeout: 
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
+
+
+def run_until_error(query: StreamingQuery) -> str:
+    """The error the running query fails with (it must fail)."""
+    import pytest
+
+    try:
+        with pytest.raises(Exception) as err:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    return str(err.value)
+
+
+def error_of(start) -> str:
+    """The error a query fails with, whether ``start()`` raises it or the running query does."""
+    try:
+        query = start()
+    except Exception as exc:
+        return str(exc)
+    return run_until_error(query)

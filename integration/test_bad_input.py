@@ -8,25 +8,15 @@ import pytest
 from pyspark.sql import functions as F
 
 import regional
-from integration.helpers import add_epoch_of_files, add_file, regional_stream, start_to_delta, table_rows
-
-
-def run_until_error(query) -> str:
-    try:
-        with pytest.raises(Exception) as err:
-            query.processAllAvailable()
-    finally:
-        query.stop()
-    return str(err.value)
-
-
-def error_of(start) -> str:
-    """The error a query fails with, whether ``start()`` raises it or the running query does."""
-    try:
-        query = start()
-    except Exception as exc:
-        return str(exc)
-    return run_until_error(query)
+from integration.helpers import (
+    add_epoch_of_files,
+    add_file,
+    error_of,
+    regional_stream,
+    run_until_error,
+    start_to_delta,
+    table_rows,
+)
 
 
 def test_sink_without_region_and_offset_columns_fails_at_start(spark, dirs):

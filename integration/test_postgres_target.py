@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 import regional
 from integration.helpers import (
     add_epoch_of_files,
+    error_of,
     expected_rows,
     merge,
     regional_stream,
@@ -76,19 +77,6 @@ def assert_landed(postgres, table: str, expected: dict[str, list[str]], ck: Path
             assert held == committed.get(region, 0), (region, held, committed)
     if not interrupted:
         assert prepared(postgres) == []
-
-
-def error_of(start) -> str:
-    try:
-        query = start()
-    except Exception as exc:
-        return str(exc)
-    try:
-        with pytest.raises(Exception) as err:
-            query.processAllAvailable()
-    finally:
-        query.stop()
-    return str(err.value)
 
 
 def test_regions_the_database_rejects_fall_back_while_the_others_publish_then_catch_up(spark, postgres, dirs):
@@ -157,11 +145,11 @@ def test_sigkill_of_the_driver_at_random_moments(postgres, tmp_path):
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)
     inp, ck, marker = tmp_path / "in", tmp_path / "ck", tmp_path / "unused"
-    inputs = add_epoch_of_files(inp, [f"r{i}" for i in range(6)], "001", 60)
+    inputs = add_epoch_of_files(inp, [f"r{i}" for i in range(6)], "001", 120)  # 18 epochs: time to be killed
     args = ["integration.postgres_child", str(inp), str(ck), postgres.url, "random_kills"]
     kills = 0
     for _ in range(2):
-        if run_killable(args, None, marker, kill_after=rng.uniform(10, 20)) == "finished":
+        if run_killable(args, None, marker, kill_after=rng.uniform(8, 16)) == "finished":
             break
         kills += 1
     assert run_killable(args, None, marker) == "finished", f"seed {seed}"

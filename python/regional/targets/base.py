@@ -81,6 +81,15 @@ class RegionalTarget:
 
 
 
+def require_query_id(target: str, options: Mapping[str, str]) -> str:
+    """The store's query id, which the regional sink adds to a target's options."""
+    query_id = options.get(QUERY_ID_OPTION)
+    if not query_id:
+        raise RegionalConfigError(f"target={target} needs the query id of the regional store (internal option "
+                                  f"{QUERY_ID_OPTION!r}); build it through the regional sink")
+    return query_id
+
+
 def load_target(options: Mapping[str, str]) -> Target:
     """Build the target named by the sink's ``target`` option."""
     name = options.get("target")

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from regional.errors import RegionalConfigError, RegionalStoreError
 from regional.ids import encode_region
-from regional.targets.base import QUERY_ID_OPTION, EpochReport, RegionalTarget, chain_first
+from regional.targets.base import EpochReport, RegionalTarget, chain_first, require_query_id
 
 STAGING_DIR = "_regional_staging"
 _EPOCH_DIR = re.compile(r"^e(\d+)$")
@@ -44,10 +44,7 @@ class DeltaTarget(RegionalTarget):
         if not path:
             raise RegionalConfigError("target=delta needs the table location: add .option('path', '/table/dir')")
         self.table = Path(os.path.abspath(path.removeprefix("file://").removeprefix("file:")))
-        query_id = options.get(QUERY_ID_OPTION)
-        if not query_id:
-            raise RegionalConfigError("target=delta needs the query id of the regional store (internal option "
-                                      f"{QUERY_ID_OPTION!r}); build it through the regional sink")
+        query_id = require_query_id("delta", options)
         self.query_id = query_id
         self.app_id = f"regional-{query_id}"
         self.staging = self.table / STAGING_DIR / query_id

@@ -36,7 +36,7 @@ import pyarrow.csv as pacsv
 
 from regional import failpoints
 from regional.errors import RegionalConfigError, RegionalStoreError
-from regional.targets.base import QUERY_ID_OPTION, EpochReport, RegionalTarget, chain_first
+from regional.targets.base import EpochReport, RegionalTarget, chain_first, require_query_id
 
 COMMITS_TABLE = "regional_commits"
 GID_PREFIX = "regional"
@@ -175,10 +175,7 @@ class PostgresTarget(RegionalTarget):
             raise RegionalConfigError("target=postgres needs .option('table', 'schema.table')")
         self.table = parse_table(options["table"])
         self.commits = self.table.sibling(COMMITS_TABLE)
-        query_id = options.get(QUERY_ID_OPTION)
-        if not query_id:
-            raise RegionalConfigError("target=postgres needs the query id of the regional store (internal option "
-                                      f"{QUERY_ID_OPTION!r}); build it through the regional sink")
+        query_id = require_query_id("postgres", options)
         self.query_id = query_id
         self.gid_prefix = f"{GID_PREFIX}:{query_id}:"
         # A task never waits for ever on a lock (a row another transaction holds): it fails, and its region
