@@ -2,7 +2,8 @@
 
 - At query start (``onQueryStarted`` runs synchronously inside ``start()``, before the source
   plans epoch 0), it records writeStream's regional settings in the store, so that the driver
-  resolves one set of settings from both sides, and sweeps staged output an earlier run left.
+  resolves one set of settings from both sides. (Staged output an earlier run left is swept by the sink,
+  ``protocol.epoch.ready_target``, before epoch 0's tasks.)
 - Per epoch, it logs one line and keeps FLIP-600's two metrics; it ends a bounded query once
   everything is published.
 
@@ -31,7 +32,6 @@ from regional.errors import RegionalError
 from regional.protocol.epoch import EpochPlan, describe
 from regional.protocol.settings import given_settings
 from regional.store import Store
-from regional.targets.base import QUERY_ID_OPTION, load_target
 
 log = logging.getLogger("regional")
 
@@ -55,14 +55,6 @@ class RegionalListener(StreamingQueryListener):
             store.record_write_options(str(event.runId), given_settings(options))
         except Exception as exc:
             log.error("regional: could not record writeStream's settings of query %s at start: %s", event.id, exc)
-            return
-        try:
-            latest = store.latest_record()
-            target = load_target({**{k.lower(): v for k, v in options.items()}, QUERY_ID_OPTION: store.open_query()})
-            if latest is not None and callable(getattr(target, "sweep", None)):
-                target.sweep(latest.epoch)  # staged output of recorded epochs will never be published
-        except Exception as exc:
-            log.warning("regional: query %s: staged output of earlier runs was not swept at start: %s", event.id, exc)
 
     def _regional_query(self, query_id: str) -> tuple[Store, dict[str, str]] | None:
         """The store and writeStream options of a just-started query whose sink is regional."""

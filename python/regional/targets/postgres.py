@@ -201,7 +201,7 @@ class PostgresTarget(RegionalTarget):
             try:
                 with self._connect(autocommit=True) as conn:
                     return work(conn)
-            except psycopg.DataError as exc:
+            except psycopg.DataError as exc:  # _connect's set_config: lockTimeout fails here, on the driver
                 raise RegionalConfigError(f"target=postgres: lockTimeout={self.lock_timeout!r} is not a PostgreSQL "
                                           f"lock_timeout ({str(exc).strip()}); give e.g. '60s' or '500ms'") from None
             except psycopg.OperationalError as exc:
@@ -220,29 +220,35 @@ class PostgresTarget(RegionalTarget):
         self._on_driver(lambda conn: self._open(conn, schema))
 
     def _open(self, conn: Any, schema: pa.Schema) -> None:
-        from psycopg import errors, sql
+        from psycopg import sql
 
         (limit,) = conn.execute("SELECT current_setting('max_prepared_transactions')::int").fetchone()
-        # (_connect already applied lockTimeout: a bad value failed there, on the driver)
         if limit == 0:
             raise RegionalConfigError(
                 f"target=postgres: the server at {_safe_url(self.url)} has max_prepared_transactions = 0, so it "
                 "cannot PREPARE TRANSACTION. Set max_prepared_transactions (at least the number of regions per "
                 "epoch, e.g. 64) in postgresql.conf and restart the server")
+        index = sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (query_id, epoch)").format(
+            sql.Identifier(f"{COMMITS_TABLE}_query_epoch"), self.commits.sql())
+        self._create_missing(conn, self.commits, _COMMITS_COLUMNS, index)
         wanted = [(f.name, pg_type(f)) for f in schema]
-        for table, columns in ((self.commits, _COMMITS_COLUMNS), (self.table, wanted)):
-            if self._columns(conn, table) is None:
-                ddl = sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
-                    table.sql(), sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t))
-                                                    for c, t in columns))
-                if table is self.commits:
-                    ddl = sql.SQL("{} ; CREATE INDEX IF NOT EXISTS {} ON {} (query_id, epoch)").format(
-                        ddl, sql.Identifier(f"{COMMITS_TABLE}_query_epoch"), table.sql())
-                try:
-                    conn.execute(ddl)
-                except errors.UniqueViolation:
-                    pass  # created by another query at the same moment
-        self._check_columns(self._columns(conn, self.table) or {}, wanted)
+        self._check_columns(self._create_missing(conn, self.table, wanted), wanted)
+
+    def _create_missing(self, conn: Any, table: TableName, columns: list[tuple[str, str]],
+                        then: Any = None) -> dict[str, tuple[str, bool]]:
+        """``table``'s columns, after creating it with ``columns`` (and running ``then``) if it did not exist."""
+        from psycopg import errors, sql
+
+        have = self._columns(conn, table)
+        if have is not None:
+            return have
+        ddl = sql.SQL("CREATE TABLE IF NOT EXISTS {} ({})").format(
+            table.sql(), sql.SQL(", ").join(sql.SQL("{} {}").format(sql.Identifier(c), sql.SQL(t)) for c, t in columns))
+        try:
+            conn.execute(ddl if then is None else sql.SQL("{} ; {}").format(ddl, then))
+        except errors.UniqueViolation:
+            pass  # created by another query at the same moment
+        return self._columns(conn, table) or {}
 
     def _columns(self, conn: Any, table: TableName) -> dict[str, tuple[str, bool]] | None:
         """column -> (type, NOT NULL without a default), or None when the table does not exist."""
@@ -278,11 +284,12 @@ class PostgresTarget(RegionalTarget):
         first = next(batches, None)
         if first is None:
             return None
-        gid = f"{self.gid_prefix}{epoch}:{region_key(region)}:{uuid.uuid4().hex[:12]}"
+        attempts = f"{self.gid_prefix}{epoch}:{region_key(region)}:"  # this region's gids in this epoch
+        gid = f"{attempts}{uuid.uuid4().hex[:12]}"
         # Not ``with conn``: its exit would COMMIT, which a prepared (two-phase) transaction refuses.
         conn = self._connect(autocommit=True)
         try:
-            self._roll_back(conn, f"{self.gid_prefix}{epoch}:{region_key(region)}:")  # earlier attempts
+            self._roll_back(conn, attempts)  # earlier attempts: their locks would block this one
             conn.autocommit = False
             conn.tpc_begin(gid)
             try:
@@ -399,9 +406,7 @@ def _safe_url(url: str) -> str:
 def _encoder(schema: pa.Schema) -> Callable[[pa.RecordBatch], bytes]:
     """Arrow rows -> PostgreSQL CSV (an unquoted empty field is NULL; Arrow quotes every string). Binary and
     nested columns, which CSV cannot carry as they are, become bytea hex text and JSON text."""
-    special = {i: _hex if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type) else _json
-               for i, f in enumerate(schema) if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)
-               or pa.types.is_nested(f.type)}
+    special = {i: convert for i, f in enumerate(schema) if (convert := _csv_converter(f.type)) is not None}
     options = pacsv.WriteOptions(include_header=False)
 
     def encode(batch: pa.RecordBatch) -> bytes:
@@ -412,6 +417,12 @@ def _encoder(schema: pa.Schema) -> Callable[[pa.RecordBatch], bytes]:
         return out.getvalue()
 
     return encode
+
+
+def _csv_converter(type_: pa.DataType) -> Callable[[pa.Array], pa.Array] | None:
+    if pa.types.is_binary(type_) or pa.types.is_large_binary(type_):
+        return _hex
+    return _json if pa.types.is_nested(type_) else None
 
 
 def _hex(column: pa.Array) -> pa.Array:
