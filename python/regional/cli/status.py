@@ -27,6 +27,8 @@ class Progress:
     fallen_back: int  # regions behind now, quarantined ones not counted
     quarantined: int
     max_lag: int | None  # offsets the source has seen that are not committed, largest over regions
+    dead_letters: int = 0  # records dead-lettered so far, all regions
+    isolating: int = 0  # regions isolating a poison record now
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,8 @@ class QueryStatus:
                 "latest_offset": self.latest_offset(region), "lag": self.lag(region), "ref_epoch": s.ref_epoch,
                 "ref_age_epochs": age_epochs, "ref_age_seconds": None if age_s is None else round(age_s, 3),
                 "consecutive_failures": s.consecutive_failures, "reason": s.reason,
-                "retention_headroom": self.retention_headroom(region)}
+                "retention_headroom": self.retention_headroom(region), "dead_letters": s.dead_letters,
+                "isolating": None if s.isolating is None else list(s.isolating)}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -102,7 +105,9 @@ class QueryStatus:
                                       for r, s in e.committed.items()},
                         "fallen_back": {r: {"ref_epoch": f.ref_epoch, "reason": f.reason,
                                             "quarantined": f.quarantined} for r, f in e.fallen_back.items()},
-                        "lost": {r: {"from": a, "to": b} for r, (a, b) in e.lost.items()}}
+                        "lost": {r: {"from": a, "to": b} for r, (a, b) in e.lost.items()},
+                        "dead_lettered": {r: {"offset": d.offset, "error": d.error}
+                                          for r, d in e.dead_lettered.items()}}
                        for e in self.epochs],
         }
 
@@ -111,7 +116,9 @@ class QueryStatus:
         states = [s.state for s in self.regions.values()]
         return Progress(self.last_epoch, self.epochs[-1].kind.value if self.epochs else None, self.regional_epochs,
                         self.oldest_ref_epoch, len(self.regions), states.count(Standing.FALLEN_BACK),
-                        states.count(Standing.QUARANTINED), max(lags) if lags else None)
+                        states.count(Standing.QUARANTINED), max(lags) if lags else None,
+                        sum(s.dead_letters for s in self.regions.values()),
+                        sum(s.isolating is not None for s in self.regions.values()))
 
     def render(self, epochs: bool = True) -> str:
         behind = sum(1 for s in self.regions.values() if s.ref_epoch is not None)
@@ -122,23 +129,29 @@ class QueryStatus:
         if self.regions:
             width = max(6, *(len(r) for r in self.regions))
             headroom = self.log_starts is not None
+            dead = any(s.dead_letters or s.isolating for s in self.regions.values())
             lines.append(f"  {'region':<{width}}  {'committed':>10}  {'latest':>10}  {'lag':>8}  {'ref_epoch':>9}  "
-                         f"{'ref age':>12}  {'failures':>8}  " + (f"{'headroom':>9}  " if headroom else "") + "state")
+                         f"{'ref age':>12}  {'failures':>8}  " + (f"{'headroom':>9}  " if headroom else "")
+                         + (f"{'dead':>6}  " if dead else "") + "state")
             for region, s in sorted(self.regions.items()):
                 latest, lag = self.latest_offset(region), self.lag(region)
                 age_epochs, age_s = self.ref_age(region)
                 age = "-" if age_epochs is None else f"{age_epochs}e/{_seconds(age_s)}"
                 why = f"  ({s.reason})" if s.reason and s.ref_epoch is not None else ""
+                if s.isolating is not None:
+                    why = f"  isolating offsets [{s.isolating[0]}, {s.isolating[1]}){why}"
                 lines.append(f"  {region:<{width}}  {s.committed_offset:>10}  {_dash(latest):>10}  {_dash(lag):>8}  "
                              f"{_dash(s.ref_epoch):>9}  {age:>12}  {s.consecutive_failures:>8}  "
                              + (f"{_dash(self.retention_headroom(region)):>9}  " if headroom else "")
-                             + f"{s.state.value}{why}")
+                             + (f"{s.dead_letters:>6}  " if dead else "") + f"{s.state.value}{why}")
         if epochs:
             for e in self.epochs:
                 lines.append(f"  {describe(e)}")
                 lines.extend(f"      {r}: {f.reason}" for r, f in sorted(e.fallen_back.items()))
                 lines.extend(f"      {r}: offsets [{a}, {b}) were gone from the source (failOnDataLoss=false)"
                              for r, (a, b) in sorted(e.lost.items()))
+                lines.extend(f"      {r}: offset {d.offset} dead-lettered: {d.error}"
+                             for r, d in sorted(e.dead_lettered.items()))
         return "\n".join(lines)
 
 

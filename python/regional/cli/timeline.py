@@ -11,10 +11,10 @@ from regional.errors import RegionalConfigError
 
 MAX_ROWS = 64
 # Outcome codes, in order of how much they need attention (a shared row shows the largest).
-IDLE, COMMITTED, CUT, FALLEN_BACK, QUARANTINED = range(5)
+IDLE, COMMITTED, CUT, DEAD_LETTERED, FALLEN_BACK, QUARANTINED = range(6)
 LEGEND = {IDLE: ("no work", "#eeeeee"), COMMITTED: ("committed", "#2e8b57"),
-          CUT: ("timed-out prefix", "#9acd32"), FALLEN_BACK: ("fallen back", "#ff8c00"),
-          QUARANTINED: ("quarantined", "#c0392b")}
+          CUT: ("timed-out prefix", "#9acd32"), DEAD_LETTERED: ("dead-lettered", "#8e44ad"),
+          FALLEN_BACK: ("fallen back", "#ff8c00"), QUARANTINED: ("quarantined", "#c0392b")}
 
 
 def outcome_grid(st: QueryStatus) -> tuple[list[str], list[int], list[list[int]], list[int]]:
@@ -27,6 +27,8 @@ def outcome_grid(st: QueryStatus) -> tuple[list[str], list[int], list[list[int]]
         for e in st.epochs:
             if region in e.fallen_back:
                 row.append(QUARANTINED if e.fallen_back[region].quarantined else FALLEN_BACK)
+            elif region in e.dead_lettered:
+                row.append(DEAD_LETTERED)
             elif region in e.committed:
                 row.append(CUT if e.committed[region].cut else COMMITTED)
             else:

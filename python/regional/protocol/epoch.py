@@ -6,8 +6,13 @@
 2. Stage (tasks): the source reads a range and leaves a read receipt; the sink stages the
    rows in the target and returns a ``TaskOutcome`` that says explicitly what happened.
 3. Decide (driver, the sink's ``commit``): ``outcomes_from_tasks`` then ``decide``.
-4. Publish: ``commit_epoch`` writes the intent, publishes the committed regions, discards the rest.
+4. Publish: ``commit_epoch`` writes the intent, publishes the committed regions (and records isolated
+   as poison, to the dead-letter table), discards the rest.
 5. Record: the epoch record becomes the store's state; the target hears region by region.
+
+Dead letters (``deadLetterPath``): a quarantined region's range becomes its ``isolating`` range; later
+plans read it in halves (``isolation_end``) until the failing record is planned alone; when that one
+record fails on every attempt too, it is dead-lettered and its offset counts as done.
 
 Everything here is plain functions over small dataclasses; no Spark.
 """
@@ -26,6 +31,7 @@ from regional import failpoints
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalPlanError, RegionalStoreError
 from regional.protocol.settings import Settings
 from regional.store.model import (
+    DeadLetter,
     EpochKind,
     EpochRecord,
     FallBack,
@@ -56,6 +62,7 @@ class RegionRange:
     start: int
     end: int
     ref_epoch: int | None  # the epoch whose offset it still uses when it fell back; None when current
+    isolated: bool = False  # one suspect record alone: if it fails on every attempt, it is dead-lettered
 
 
 @dataclass(frozen=True)
@@ -80,15 +87,16 @@ class EpochPlan:
             "final": self.final,
             "force_reason": self.force_reason,
             "settings": self.settings.to_json(),
-            "regions": [[r.region, r.start, r.end, r.ref_epoch] for r in self.regions],
+            "regions": [[r.region, r.start, r.end, r.ref_epoch, r.isolated] for r in self.regions],
             "lost": {r: list(span) for r, span in self.lost.items()},
         }
 
     @classmethod
     def from_offset(cls, offset: Mapping[str, Any]) -> EpochPlan:
         try:
-            regions = tuple(RegionRange(str(r), int(s), int(e), None if ref is None else int(ref))
-                            for r, s, e, ref in offset["regions"])
+            regions = tuple(RegionRange(str(r), int(s), int(e), None if ref is None else int(ref),
+                                        bool(isolated[0]) if isolated else False)
+                            for r, s, e, ref, *isolated in offset["regions"])
             force = offset["force_reason"]
             lost = {str(r): (int(a), int(b)) for r, (a, b) in offset.get("lost", {}).items()}
             return cls(str(offset["query_id"]), int(offset["epoch"]), str(offset["store"]), regions,
@@ -136,12 +144,15 @@ def plan_epoch(
     nothing new. A region not in ``states`` yet starts at ``first_offsets[r]``, else at its log start,
     else 0. ``max_per_region`` and ``max_total`` are read limits (admission control). ``ends`` are a
     bounded input's final ends: the plan that reaches them everywhere is final. ``retention``: records
-    below a region's log start are gone; the plan skips them (recorded in ``lost``) or fails.
+    below a region's log start are gone; the plan skips them (recorded in ``lost``) or fails. A region
+    that is isolating a poison record (``deadLetterPath``) reads the first half of its suspect range.
     """
     backlog: dict[str, tuple[int, int]] = {}
     lost: dict[str, tuple[int, int]] = {}
     first = first_offsets or {}
     log_starts = retention.log_starts if retention else {}
+    isolating = settings.enabled and settings.dead_letter_path is not None
+    alone: set[str] = set()  # regions whose range is to be one suspect record
     for region in sorted(set(states) | set(available)):
         state = states.get(region)
         start = state.committed_offset if state else first.get(region, log_starts.get(region, 0))
@@ -157,6 +168,10 @@ def plan_epoch(
                 f"region {region!r} now ends at offset {end} but offsets up to {start} were already committed: "
                 "its input must be append-only; restore what was removed or start a new checkpointLocation"
             )
+        if isolating and state is not None and state.isolating is not None and start < state.isolating[1]:
+            end = min(end, isolation_end(start, state.isolating))
+            if end == start + 1 == state.isolating[1]:
+                alone.add(region)
         if max_per_region is not None:
             end = min(end, start + max_per_region)
         backlog[region] = (start, end)
@@ -164,9 +179,18 @@ def plan_epoch(
         shares = share_read_limit({r: e - s for r, (s, e) in backlog.items()}, max_total, rotate=epoch)
         backlog = {r: (s, s + shares[r]) for r, (s, _e) in backlog.items()}
     final = ends is not None and all(e >= ends.get(r, e) for r, (_s, e) in backlog.items())
-    ranges = tuple(RegionRange(r, s, e, states[r].ref_epoch if r in states else None)
+    ranges = tuple(RegionRange(r, s, e, states[r].ref_epoch if r in states else None,
+                               r in alone and e == s + 1)
                    for r, (s, e) in backlog.items() if e > s)
     return EpochPlan(query_id, epoch, store, ranges, settings, final, force_reason, lost)
+
+
+def isolation_end(start: int, suspect: tuple[int, int]) -> int:
+    """Where an isolating region's range ends: the first half of what is left of its suspect range
+    ``[lo, hi)`` (``start`` may be past ``lo``: a prefix of it committed). Bisection: each epoch halves
+    the suspect range, so one poison record among n is alone after about log2(n) epochs."""
+    left = suspect[1] - start
+    return start + max(1, left // 2)
 
 
 def check_data_loss(region: str, start: int, end: int, log_start: int, fail: bool) -> int:
@@ -215,6 +239,7 @@ class Status(str, Enum):
     FAILED = "failed"  # the sink's own work (the target's prepare) failed
     QUARANTINED = "quarantined"  # the attempt numbered regionAttempts: upstream failed before; read nothing
     MISSING = "missing"  # no trustworthy account of what was read (no receipt, a task that reported nothing)
+    DEAD_LETTERED = "dead_lettered"  # an isolated record failed on every attempt: it goes to the dead-letter table
 
 
 @dataclass(frozen=True)
@@ -234,6 +259,7 @@ class TaskOutcome:
     handle: Any = None  # the target's staged handle (JSON)
     reason: str | None = None
     region_rows: dict[str, int] | None = None  # an all-or-nothing task holding many regions: rows per region
+    dead_letter: bytes | None = None  # quarantined isolated range: its records as the source read them (Arrow IPC)
 
 
 @dataclass(frozen=True)
@@ -245,6 +271,7 @@ class RegionOutcome:
     end: int  # exclusive end of what is done, for WRITTEN
     rows: int = 0
     reason: str | None = None
+    dead_letter: bytes | None = None  # DEAD_LETTERED: the record, as the source read it (Arrow IPC)
 
 
 def outcomes_from_tasks(plan: EpochPlan, tasks: Sequence[TaskOutcome | None]) -> dict[str, RegionOutcome]:
@@ -278,6 +305,15 @@ def _checked(plan: EpochPlan, i: int, rr: RegionRange, task: TaskOutcome | None)
             f"{rr.region!r} there. An operator between source and sink moved rows between tasks (a shuffle); "
             "remove it, or set spark.regional.enabled=false"
         )
+    if task.status is Status.QUARANTINED and rr.isolated:
+        if task.query_id != plan.query_id or task.region != rr.region or task.start != rr.start:
+            return missing(f"its quarantine receipt ({task.query_id}, {task.region!r}, {task.start}) does not match "
+                           f"the plan ({plan.query_id}, {rr.region!r}, {rr.start})")
+        if not task.dead_letter:
+            return missing("its isolated record failed on every attempt, but the quarantined attempt could not read "
+                           "it to dead-letter it")
+        return RegionOutcome(rr.region, Status.DEAD_LETTERED, rr.end, reason=task.reason,
+                             dead_letter=task.dead_letter)
     if task.status is not Status.WRITTEN:
         return RegionOutcome(rr.region, task.status, rr.start, reason=task.reason or task.status.value)
     if task.query_id != plan.query_id or task.region != rr.region or task.start != rr.start or task.end is None:
@@ -313,20 +349,38 @@ def outcomes_all_or_nothing(plan: EpochPlan, tasks: Sequence[TaskOutcome | None]
             for rr in plan.regions}
 
 
+UNKNOWN_CAUSE = ("unknown: its attempts failed upstream of the sink, and no failure record says why (the "
+                 "cause is recorded by regional's JVM shim)")
+
+
 def with_failure_causes(plan: EpochPlan, outcomes: dict[str, RegionOutcome],
                         failures: Mapping[int, Sequence[TaskFailure]]) -> dict[str, RegionOutcome]:
     """Say why a quarantined region's attempts failed, from the JVM shim's failure records
-    (partition i is the plan's region i): for a poisoned UDF, the UDF's exception."""
+    (partition i is the plan's region i): for a poisoned UDF, the UDF's exception. A dead-lettered
+    record's reason is its ``error``: the exception's class and message."""
     named = dict(outcomes)
     for i, rr in enumerate(plan.regions):
         outcome, seen = outcomes.get(rr.region), failures.get(i)
-        if outcome is None or outcome.status is not Status.QUARANTINED or not seen:
+        if outcome is None or outcome.status not in (Status.QUARANTINED, Status.DEAD_LETTERED):
+            continue
+        if outcome.status is Status.DEAD_LETTERED:
+            named[rr.region] = replace(outcome, reason=error_of(seen[-1]) if seen else UNKNOWN_CAUSE)
+            continue
+        if not seen:
             continue
         last = seen[-1]
         named[rr.region] = replace(outcome, reason=(
             f"quarantined after {len(seen)} failed attempt(s); attempt {last.attempt} on executor "
             f"{last.executor}: {last.message}"))
     return named
+
+
+def error_of(failure: TaskFailure) -> str:
+    """A dead letter's ``error``. A Python worker's failure is recorded with its own exception line
+    (``ValueError: ...``); any other names its JVM class first."""
+    if failure.exception_class.endswith("PythonException"):
+        return failure.message
+    return f"{failure.exception_class}: {failure.message}"
 
 
 # -- 3. Decide ----------------------------------------------------------------------------
@@ -344,13 +398,22 @@ def forced_global_reason(previous: Mapping[str, RegionState], settings: Settings
 def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: EpochRecord | None,
            force_reason: str | None = None, now: float = 0.0) -> EpochRecord:
     """Decide epoch ``plan.epoch`` from its regions' outcomes: which regions publish, and every
-    region's state after it. A planned region without an outcome falls back. ``now``: the record's time."""
+    region's state after it. A planned region without an outcome falls back. ``now``: the record's time.
+
+    With ``deadLetterPath``, a quarantined range becomes the region's ``isolating`` range (even in an
+    aborted epoch: what failed on every attempt is known, publishing or not); a committed prefix of it
+    shortens it; a dead-lettered record (an isolated one that failed on every attempt) counts as done.
+    While the isolating range narrows, the region's quarantines count neither as consecutive failures nor
+    towards ``maxFailureRatio``: isolation is progress, and must not hold back the healthy regions."""
     settings = plan.settings
+    isolation = settings.enabled and settings.dead_letter_path is not None
     before = previous.regions if previous else {}
     seen = {rr.region: outcomes.get(rr.region) or RegionOutcome(rr.region, Status.MISSING, rr.start,
                                                                 reason="no outcome")
             for rr in plan.regions}
-    failed = {r: o for r, o in seen.items() if o.status is not Status.WRITTEN}
+    failed = {r: o for r, o in seen.items() if o.status not in (Status.WRITTEN, Status.DEAD_LETTERED)}
+    narrowing = {rr.region for rr in plan.regions if isolation and rr.region in failed
+                 and failed[rr.region].status is Status.QUARANTINED and narrows(before.get(rr.region), rr)}
     force_reason = force_reason or plan.force_reason or forced_global_reason(before, settings)
     reset_counters = False
     if not failed:
@@ -360,30 +423,40 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
     elif force_reason:
         # Tier 2: the forced-global epoch failed. Publish nothing, reset counters, go on.
         kind, reason, reset_counters = EpochKind.ABORTED, f"forced global epoch failed: {force_reason}", True
-    elif len(failed) > settings.max_failure_ratio * len(plan.regions):
+    elif len(failed) - len(narrowing) > settings.max_failure_ratio * len(plan.regions):
         kind = EpochKind.ABORTED
-        reason = (f"{len(failed)} of {len(plan.regions)} regions with work failed, more than "
-                  f"maxFailureRatio={settings.max_failure_ratio}")
+        reason = (f"{len(failed) - len(narrowing)} of {len(plan.regions)} regions with work failed, more than "
+                  f"maxFailureRatio={settings.max_failure_ratio}"
+                  + (f" ({len(narrowing)} more are isolating poison records)" if narrowing else ""))
     else:
         kind, reason = EpochKind.REGIONAL, None
 
     committed: dict[str, Slice] = {}
     fallen_back: dict[str, FallBack] = {}
+    dead_lettered: dict[str, DeadLetter] = {}
     regions = dict(before)  # regions without work keep their state
     for rr in plan.regions:
         # A region's range starts at its committed offset, or where it first starts, or past lost records.
         state, outcome = before.get(rr.region, RegionState(committed_offset=rr.start)), seen[rr.region]
         if kind is not EpochKind.ABORTED and rr.region not in failed:
+            done = RegionState(committed_offset=outcome.end, last_epoch=plan.epoch, dead_letters=state.dead_letters)
+            if outcome.status is Status.DEAD_LETTERED:
+                dead_lettered[rr.region] = DeadLetter(rr.start, outcome.reason or UNKNOWN_CAUSE)
+                regions[rr.region] = replace(done, dead_letters=state.dead_letters + (rr.end - rr.start))
+                continue
             committed[rr.region] = Slice(rr.start, outcome.end, outcome.rows, cut=outcome.end < rr.end)
-            regions[rr.region] = RegionState(committed_offset=outcome.end, last_epoch=plan.epoch)
+            regions[rr.region] = replace(done, isolating=rest_of_isolation(state.isolating, outcome.end))
             continue
         own = failed.get(rr.region)
         why = own.reason if own and own.reason else f"epoch aborted: {reason}"
         quarantined = own is not None and own.status is Status.QUARANTINED
+        narrowed = rr.region in narrowing  # the whole planned range failed on every attempt: the poison is in it
+        isolating = (rr.start, rr.end) if narrowed else state.isolating
+        counted = own is not None and not narrowed
         regions[rr.region] = replace(
             state, committed_offset=rr.start,
-            consecutive_failures=0 if reset_counters else state.consecutive_failures + (1 if own else 0),
-            state=Standing.QUARANTINED if quarantined else Standing.FALLEN_BACK, reason=why)
+            consecutive_failures=0 if reset_counters else state.consecutive_failures + counted,
+            state=Standing.QUARANTINED if quarantined else Standing.FALLEN_BACK, reason=why, isolating=isolating)
         ref = regions[rr.region].ref_epoch
         fallen_back[rr.region] = FallBack(-1 if ref is None else ref, why, quarantined)
     planned = {rr.region for rr in plan.regions}
@@ -391,7 +464,21 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
         if region not in planned:
             regions[region] = replace(regions.get(region, RegionState()), committed_offset=go_on)
     regional = (previous.regional_epochs if previous else 0) + (kind is EpochKind.REGIONAL)
-    return EpochRecord(plan.epoch, kind, committed, fallen_back, regions, reason, regional, now, dict(plan.lost))
+    return EpochRecord(plan.epoch, kind, committed, fallen_back, regions, reason, regional, now, dict(plan.lost),
+                       dead_lettered)
+
+
+def narrows(state: RegionState | None, rr: RegionRange) -> bool:
+    """Whether a quarantine of ``rr`` narrows its region's isolating range (or starts one)."""
+    suspect = state.isolating if state else None
+    return suspect is None or rr.end - rr.start < suspect[1] - suspect[0]
+
+
+def rest_of_isolation(suspect: tuple[int, int] | None, committed_to: int) -> tuple[int, int] | None:
+    """What is left to isolate once offsets up to ``committed_to`` are committed: the poison is past them."""
+    if suspect is None or committed_to >= suspect[1]:
+        return None
+    return max(suspect[0], committed_to), suspect[1]
 
 
 # -- 4. Publish and 5. record ----------------------------------------------------------------
@@ -443,15 +530,23 @@ def commit_epoch(plan: EpochPlan, tasks: Sequence[TaskOutcome | None], store: Ep
                 "neither its intent nor its record: the store was damaged. Restore it from a backup, or start "
                 "a new checkpointLocation (and a new target)")
         outcomes = outcomes_all_or_nothing(plan, tasks) if mixed else outcomes_from_tasks(plan, tasks)
-        quarantined = [i for i, rr in enumerate(plan.regions) if outcomes[rr.region].status is Status.QUARANTINED]
-        if quarantined and store.read_query_plan() is not None:  # the shim records failed attempts
-            outcomes = with_failure_causes(plan, outcomes, wait_for_failures(store, epoch, quarantined))
+        upstream = [i for i, rr in enumerate(plan.regions)
+                    if outcomes[rr.region].status in (Status.QUARANTINED, Status.DEAD_LETTERED)]
+        if upstream:  # the shim, when loaded, records why attempts failed
+            shim = store.read_query_plan() is not None
+            outcomes = with_failure_causes(plan, outcomes, wait_for_failures(store, epoch, upstream) if shim else {})
         record = decide(plan, outcomes, store.latest_record(before=epoch), now=time.time())
         if mixed:
             publish = dict(staged_now) if record.committed else {}
         else:
             publish = {r: staged_now[r] for r in record.committed if r in staged_now}
-        intent = Intent(record, publish, {r: h for r, h in staged_now.items() if r not in publish})
+        letters, path = {}, plan.settings.dead_letter_path
+        if record.dead_lettered:
+            assert path is not None  # only a plan with deadLetterPath isolates records
+            records = {r: (outcomes[r].dead_letter or b"", d.offset, d.error) for r, d in record.dead_lettered.items()}
+            letters = dead_letter_table(path, plan.query_id).stage(epoch, records)
+        intent = Intent(record, publish, {r: h for r, h in staged_now.items() if r not in publish}, letters,
+                        path if letters else None)
         _require_json_handles(epoch, intent, target)
         # The write-ahead intent: from here on, this epoch's outcome is fixed.
         store.write_intent(epoch, intent)
@@ -468,7 +563,15 @@ def publish_and_record(intent: Intent, store: EpochStore, target: Target, retain
     epoch = record.epoch
     failpoints.reach("before_publish", epoch)
 
-    # 4. Publish the committed regions' slices (atomic and idempotent in the target), discard the rest.
+    # 4. Publish the dead letters, then the committed regions' slices (each atomic and idempotent in its
+    #    table), and discard the rest.
+    if intent.dead_letters:
+        if intent.dead_letter_path is None:
+            raise RegionalStoreError(f"the intent of epoch {epoch} holds dead letters but no deadLetterPath: the "
+                                     "store was damaged. Restore it, or start a new checkpointLocation")
+        failpoints.reach("before_dead_letters", epoch)
+        dead_letter_table(intent.dead_letter_path, record_query_id(store, epoch)).publish(epoch, intent.dead_letters)
+        failpoints.reach("after_dead_letters", epoch)
     if record.committed:
         commit_with_report(target, epoch, intent.publish, report_of(record))
     failpoints.reach("before_record", epoch)
@@ -484,6 +587,22 @@ def publish_and_record(intent: Intent, store: EpochStore, target: Target, retain
     log.info("regional: %s", describe(record))
     notify(target, record)
     return record
+
+
+def dead_letter_table(path: str, query_id: str) -> Any:
+    """The dead-letter Delta table at ``path`` (``regional.dead_letters``; imported here so that
+    planning and deciding need no Delta)."""
+    from regional.dead_letters import DeadLetterTable
+
+    return DeadLetterTable(path, query_id)
+
+
+def record_query_id(store: EpochStore, epoch: int) -> str:
+    query_id = store.query_id()
+    if query_id is None:
+        raise RegionalStoreError(f"epoch {epoch}: the regional store has no query id: it was damaged. Restore it, "
+                                 "or start a new checkpointLocation")
+    return query_id
 
 
 def ready_target(store: EpochStore, target: Target, schema: Any) -> EpochRecord | None:
@@ -558,6 +677,9 @@ def describe(record: EpochRecord) -> str:
     line = (f"epoch {record.epoch}: {record.kind.value}; committed {len(record.committed)} "
             f"[{', '.join(sorted(record.committed))}]; fallen back {len(record.fallen_back)}"
             + (f" [{fallen}]" if fallen else ""))
+    if record.dead_lettered:
+        line += (f"; dead-lettered {len(record.dead_lettered)} ["
+                 + ", ".join(f"{r}@{d.offset}" for r, d in sorted(record.dead_lettered.items())) + "]")
     if record.reason:
         line += f"; {record.reason}"
     return line

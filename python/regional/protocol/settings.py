@@ -11,6 +11,7 @@ carries them to every task, so tasks never re-derive them.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
@@ -27,6 +28,7 @@ DEFAULTS: dict[str, str] = {
     "regionTimeout": "",
     "regionAttempts": "2",
     "retainEpochs": "100",
+    "deadLetterPath": "",
 }
 SETTING_KEYS = {k.lower(): k for k in DEFAULTS}  # lower-cased -> canonical spelling
 
@@ -41,6 +43,7 @@ class Settings:
     region_timeout_s: float | None = None
     region_attempts: int = 2
     retain_epochs: int = 100
+    dead_letter_path: str | None = None  # a Delta table for records isolated as poison; None: no isolation
 
     @classmethod
     def parse(cls, values: Mapping[str, str]) -> Settings:
@@ -54,6 +57,7 @@ class Settings:
             region_timeout_s=parse_duration("regionTimeout", timeout) if timeout else None,
             region_attempts=parse_int(opts, "regionAttempts", minimum=1),
             retain_epochs=parse_int(opts, "retainEpochs", minimum=1),
+            dead_letter_path=parse_local_path("deadLetterPath", opts.get("deadletterpath", "")),
         )
 
     def all_or_nothing(self) -> Settings:
@@ -64,14 +68,15 @@ class Settings:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Settings:
-        names = {f.name for f in fields(cls)}
+        names = {f.name for f in fields(cls)} - {"dead_letter_path"}
         missing = names - set(data)
         if missing:
             raise ValueError(f"settings lack {sorted(missing)}")
         timeout = data["region_timeout_s"]
+        dead_letters = data.get("dead_letter_path")  # absent in plans written before dead letters existed
         return cls(bool(data["enabled"]), int(data["max_consecutive_failures"]), float(data["max_failure_ratio"]),
                    None if timeout is None else float(timeout), int(data["region_attempts"]),
-                   int(data["retain_epochs"]))
+                   int(data["retain_epochs"]), None if dead_letters is None else str(dead_letters))
 
 
 def given_settings(options: Mapping[str, str]) -> dict[str, str]:
@@ -146,6 +151,18 @@ def _raw(opts: Mapping[str, str], key: str, default: str | None = None) -> str:
     if value is None:
         value = DEFAULTS.get(key, "") if default is None else default
     return str(value).strip()
+
+
+def parse_local_path(key: str, value: str) -> str | None:
+    """A directory on the driver's file system (``/dir``, ``file:/dir``), made absolute; empty: None."""
+    value = value.strip()
+    if not value:
+        return None
+    scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*):", value)
+    if scheme and scheme.group(1).lower() != "file":
+        raise RegionalConfigError(f"{key}={value!r}: only local paths (or file:) are supported, not "
+                                  f"{scheme.group(1)}:; give a directory the driver can write")
+    return os.path.abspath(re.sub(r"^file:(//)?", "", value))
 
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|milliseconds?|s|sec|seconds?|m|min|minutes?|h|hours?)?\s*$")

@@ -4,8 +4,8 @@
   plans epoch 0), it records writeStream's regional settings in the store, so that the driver
   resolves one set of settings from both sides. (Staged output an earlier run left is swept by the sink,
   ``protocol.epoch.ready_target``, before epoch 0's tasks.)
-- Per epoch, it logs one line and keeps FLIP-600's two metrics; it ends a bounded query once
-  everything is published.
+- Per epoch, it logs one line (and one per dead letter) and keeps FLIP-600's two metrics; it ends a
+  bounded query once everything is published.
 
 It runs in the driver's Python process (py4j callback threads). It learns a query's store from the
 plan in the progress event's end offset.
@@ -98,6 +98,10 @@ class RegionalListener(StreamingQueryListener):
                 f"quarantined {sum(f.quarantined for f in record.fallen_back.values())}; "
                 f"oldest ref_epoch {record.oldest_ref_epoch}")
         (log.warning if record.fallen_back else log.info)(line)
+        for region, letter in sorted(record.dead_lettered.items()):
+            log.warning("regional: query %s epoch %d: region %r offset %d dead-lettered to %s: %s",
+                        progress.name or progress.id, record.epoch, region, letter.offset,
+                        plan.settings.dead_letter_path, letter.error)
         if plan.final and record.whole:
             # A bounded source is exhausted and everything it held is published: end the query.
             self._stop_later(str(progress.id))

@@ -17,6 +17,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from regional.dead_letters import encode_records
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs import load_input
 from regional.inputs.base import RetainedInput
@@ -54,6 +55,7 @@ class RegionPartition(InputPartition):
     regional: bool  # settings.enabled: quarantine and cuts apply
     region_attempts: int
     region_timeout_s: float | None
+    dead_letter: bool = False  # one isolated record: its quarantined attempt reads it for the dead-letter table
 
 
 class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -190,7 +192,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         s = plan.settings
         return [RegionPartition(plan.query_id, plan.epoch, i, r.region, r.start, r.end,
                                 self.input.split(r.region, r.start, r.end), s.enabled, s.region_attempts,
-                                s.region_timeout_s if s.enabled else None)
+                                s.region_timeout_s if s.enabled else None, r.isolated)
                 for i, r in enumerate(plan.regions)]
 
     # -- reading, in the task -------------------------------------------------------------------------
@@ -208,6 +210,8 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             # this attempt succeeds and the epoch goes on without the region.
             log.warning("regional: epoch %d region %r quarantined at attempt %d", p.epoch, p.region,
                         files.key.attempt)
+            if p.dead_letter:
+                self._keep_dead_letter(p, files)
             receipt(ReadStatus.QUARANTINED, p.start)
             return
         receipt(ReadStatus.READING, p.start)
@@ -227,6 +231,16 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if batch.num_rows:
                 next_offset = int(batch.column("offset")[-1].as_py()) + 1
         receipt(ReadStatus.DONE, p.end)
+
+    def _keep_dead_letter(self, p: RegionPartition, files: TaskFiles) -> None:
+        """The isolated record failed on every attempt: read it for the dead-letter table, not for the query.
+        If it cannot be read, the region falls back (no dead letter file) and the record is tried again."""
+        try:
+            batches = [b for b in self.input.read(p.region, p.start, p.end, p.split) if b.num_rows]
+            files.write_dead_letter(encode_records(batches, self.input.schema))
+        except Exception as exc:
+            log.warning("regional: epoch %d region %r: could not read offsets [%d, %d) to dead-letter them: %s",
+                        p.epoch, p.region, p.start, p.end, exc)
 
     def commit(self, end: dict[str, Any]) -> None:
         """The sink's epoch record, not Spark's commit, moves a region's offset. A source that wants to hear

@@ -12,6 +12,8 @@ same ``taskAttemptId``, the same local properties, the same ``SPARK_LOCAL_DIRS``
   it in its commit message. No receipt, or an unfinished one, makes the region fall back.
 - the **receiving marker**, written by the sink on its first rows: the source's ``regionTimeout``
   clock starts then (Python workers between source and sink take a second or more to start).
+- the **dead letter**, written by the source in the quarantined attempt of an isolated record: the
+  record as read (Arrow IPC), never handed to the query; the sink puts it in its commit message.
 
 Spark removes the executor's local directories when the executor stops.
 """
@@ -86,12 +88,19 @@ class TaskFiles:
         stem = f"p{key.partition}-a{key.attempt}-t{key.task_attempt_id}"
         self.receipt_path = directory / f"{stem}.receipt"
         self.receiving_path = directory / f"{stem}.receiving"
+        self.dead_letter_path = directory / f"{stem}.dead-letter"
 
     def write_receipt(self, receipt: ReadReceipt) -> None:
-        self.receipt_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.receipt_path.parent / f".{self.receipt_path.name}.{uuid.uuid4().hex}"
-        tmp.write_text(receipt.to_json(), encoding="utf-8")
-        os.replace(tmp, self.receipt_path)
+        _write_atomically(self.receipt_path, receipt.to_json().encode("utf-8"))
+
+    def write_dead_letter(self, payload: bytes) -> None:
+        _write_atomically(self.dead_letter_path, payload)
+
+    def read_dead_letter(self) -> bytes | None:
+        try:
+            return self.dead_letter_path.read_bytes()
+        except FileNotFoundError:
+            return None
 
     def read_receipt(self) -> ReadReceipt | None:
         try:
@@ -111,6 +120,14 @@ class TaskFiles:
     def remove(self) -> None:
         self.receipt_path.unlink(missing_ok=True)
         self.receiving_path.unlink(missing_ok=True)
+        self.dead_letter_path.unlink(missing_ok=True)
+
+
+def _write_atomically(path: Path, content: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}"
+    tmp.write_bytes(content)
+    os.replace(tmp, path)
 
 
 def _local_root() -> Path:

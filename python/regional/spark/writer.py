@@ -23,7 +23,7 @@ from pyspark.sql.types import StructType
 from regional import failpoints
 from regional.errors import RegionalConfigError, RegionalPlanError
 from regional.protocol.epoch import Status, TaskOutcome, commit_epoch, ready_target
-from regional.protocol.settings import given_settings, parse_bool
+from regional.protocol.settings import conf_settings, given_settings, parse_bool, parse_local_path
 from regional.spark.offset_log import read_plan
 from regional.spark.task_files import ReadStatus, TaskFiles, TaskKey
 from regional.store import Store
@@ -111,6 +111,15 @@ class SliceGuard:
         self.rows += len(offsets)
 
 
+def check_dead_letter_path(dead_letter_path: str | None, target_options: Mapping[str, str]) -> None:
+    """Dead letters go to a table of their own, never into the target's."""
+    path = target_options.get("path")
+    if dead_letter_path and target_options.get("target") == "delta" and path and (
+            parse_local_path("path", path) == dead_letter_path):
+        raise RegionalConfigError(f"deadLetterPath={dead_letter_path} is the target table itself: give the dead "
+                                  "letters a Delta table of their own (their columns differ: epoch, error)")
+
+
 class RegionalStreamWriter(DataSourceStreamArrowWriter):
     """Built on the driver for every epoch (and pickled into its tasks)."""
 
@@ -132,6 +141,9 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         self.mixed = not store.plan_allows_regional_epochs()
         self.keep_region_columns = parse_bool(options, "keepRegionColumns", default="false")
         self.target_options = {**{k.lower(): str(v) for k, v in options.items()}, QUERY_ID_OPTION: self.query_id}
+        # readStream's options may set it too: commit checks the resolved value again.
+        given_path = {**conf_settings(conf), **given_settings(options)}.get("deadLetterPath", "")
+        check_dead_letter_path(parse_local_path("deadLetterPath", given_path), self.target_options)
         # A bad target fails at start, not in a task; an interrupted epoch is finished before new tasks run.
         ready_target(store, load_target(self.target_options), self._target_schema(schema))
         given = given_settings(options)
@@ -197,6 +209,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
             return TaskOutcome(key.partition, key.attempt, Status.WRITTEN, self.query_id, rows=guard.rows,
                                handle=handle, region_rows=guard.region_rows)
         receipt = files.read_receipt()
+        dead_letter = files.read_dead_letter()
         files.remove()
         base = TaskOutcome(key.partition, key.attempt, Status.MISSING, handle=handle, rows=guard.rows,
                            region=guard.region, first_offset=guard.first_offset, last_offset=guard.last_offset)
@@ -208,7 +221,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
             if guard.rows:
                 return replace(base, reason="the source quarantined the region but rows reached the sink")
             return replace(base, status=Status.QUARANTINED, query_id=receipt.query_id, region=region,
-                         start=receipt.start, end=receipt.start,
+                         start=receipt.start, end=receipt.start, dead_letter=dead_letter,
                          reason=f"quarantined: {key.attempt} attempts failed upstream of the sink")
         return replace(base, status=Status.WRITTEN, query_id=receipt.query_id, region=region, start=receipt.start,
                      end=receipt.end)
@@ -230,6 +243,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         plan = read_plan(store.checkpoint, batchId)
         if plan.epoch != batchId:
             raise RegionalPlanError(f"Spark's batch {batchId} carries the regional plan of epoch {plan.epoch}")
+        check_dead_letter_path(plan.settings.dead_letter_path, self.target_options)
         tasks = [m.outcome if isinstance(m, RegionalCommitMessage) else None for m in messages]
         commit_epoch(plan, tasks, store, self._target(), mixed=self.mixed)
 

@@ -36,6 +36,10 @@ class RegionState:
     consecutive_failures: int = 0
     state: Standing = Standing.OK
     reason: str | None = None  # why it last fell back
+    # deadLetterPath: offsets [lo, hi) hold a record that failed upstream on every attempt; the next
+    # epochs plan the region in halves of it until that record stands alone (DESIGN.md section 3).
+    isolating: tuple[int, int] | None = None
+    dead_letters: int = 0  # records of this region sent to the dead-letter table so far
 
     @property
     def ref_epoch(self) -> int | None:
@@ -47,14 +51,19 @@ class RegionState:
 
     def to_json(self) -> dict[str, Any]:
         return {"committed_offset": self.committed_offset, "last_epoch": self.last_epoch,
-                "consecutive_failures": self.consecutive_failures, "state": self.state.value, "reason": self.reason}
+                "consecutive_failures": self.consecutive_failures, "state": self.state.value, "reason": self.reason,
+                "isolating": None if self.isolating is None else list(self.isolating),
+                "dead_letters": self.dead_letters}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RegionState:
         last = data["last_epoch"]
         reason = data["reason"]
+        isolating = data.get("isolating")  # absent in records written before dead letters existed
         return cls(int(data["committed_offset"]), None if last is None else int(last),
-                   int(data["consecutive_failures"]), Standing(data["state"]), None if reason is None else str(reason))
+                   int(data["consecutive_failures"]), Standing(data["state"]), None if reason is None else str(reason),
+                   None if isolating is None else (int(isolating[0]), int(isolating[1])),
+                   int(data.get("dead_letters", 0)))
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,14 @@ class FallBack:
 
 
 @dataclass(frozen=True)
+class DeadLetter:
+    """A record isolated as poison in one epoch and appended to the dead-letter table."""
+
+    offset: int
+    error: str  # the exception's class and message, as the failed attempts raised it
+
+
+@dataclass(frozen=True)
 class EpochRecord:
     """One decided and published epoch. ``regions`` holds every known region's state after it."""
 
@@ -87,6 +104,7 @@ class EpochRecord:
     regional_epochs: int = 0  # regional epochs so far in this query, this one included
     recorded_at: float = 0.0  # wall-clock seconds when the epoch was decided
     lost: dict[str, tuple[int, int]] = field(default_factory=dict)  # region -> offsets skipped [from, to): gone
+    dead_lettered: dict[str, DeadLetter] = field(default_factory=dict)  # region -> its record dead-lettered
 
     @property
     def whole(self) -> bool:
@@ -110,6 +128,7 @@ class EpochRecord:
             "fallen_back": {r: [f.ref_epoch, f.reason, f.quarantined] for r, f in self.fallen_back.items()},
             "regions": {r: s.to_json() for r, s in self.regions.items()},
             "lost": {r: list(span) for r, span in self.lost.items()},
+            "dead_lettered": {r: [d.offset, d.error] for r, d in self.dead_lettered.items()},
         }
 
     @classmethod
@@ -125,6 +144,7 @@ class EpochRecord:
             regional_epochs=int(data["regional_epochs"]),
             recorded_at=float(data["recorded_at"]),
             lost={str(r): (int(a), int(b)) for r, (a, b) in data.get("lost", {}).items()},
+            dead_lettered={str(r): DeadLetter(int(o), str(e)) for r, (o, e) in data.get("dead_lettered", {}).items()},
         )
 
 
@@ -140,13 +160,18 @@ class Intent:
     record: EpochRecord
     publish: dict[str, Any]  # region -> handle
     discard: dict[str, Any] = field(default_factory=dict)
+    dead_letters: dict[str, Any] = field(default_factory=dict)  # region -> staged handle in the dead-letter table
+    dead_letter_path: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"record": self.record.to_json(), "publish": self.publish, "discard": self.discard}
+        return {"record": self.record.to_json(), "publish": self.publish, "discard": self.discard,
+                "dead_letters": self.dead_letters, "dead_letter_path": self.dead_letter_path}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Intent:
-        return cls(EpochRecord.from_json(data["record"]), dict(data["publish"]), dict(data["discard"]))
+        path = data.get("dead_letter_path")
+        return cls(EpochRecord.from_json(data["record"]), dict(data["publish"]), dict(data["discard"]),
+                   dict(data.get("dead_letters", {})), None if path is None else str(path))
 
 
 @dataclass(frozen=True)

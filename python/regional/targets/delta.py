@@ -116,6 +116,11 @@ class DeltaTarget(RegionalTarget):
         done = table.transaction_version(self.app_id)
         return done is not None and done >= epoch
 
+    def columns(self) -> list[str] | None:
+        """The table's column names; None before its first commit."""
+        table = self._open()
+        return None if table is None else [f.name for f in table.schema().fields]
+
     def sweep(self, up_to_epoch: int) -> None:
         """Remove staged files of epochs up to ``up_to_epoch``: their epochs are recorded, so what was
         published has moved into the table and what is left (dead tasks, discarded slices) never will."""

@@ -1,0 +1,212 @@
+"""Dead letters (deadLetterPath): isolation by bisection in plan and decide, and the dead-letter table's two
+phases through commit_epoch, over a real store and a real Delta table on disk."""
+
+from __future__ import annotations
+
+import math
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from regional.dead_letters import encode_records
+from regional.errors import RegionalConfigError
+from regional.inputs.files import SCHEMA, batch_of
+from regional.protocol.epoch import (
+    RegionRange,
+    Status,
+    TaskOutcome,
+    commit_epoch,
+    decide,
+    outcomes_from_tasks,
+    plan_epoch,
+)
+from regional.protocol.settings import Settings, resolve_settings
+from regional.store import EpochKind, EpochRecord, RegionState, Standing, Store
+from support import MemoryTarget
+
+ATTEMPTS = 2
+
+
+def record_bytes(region: str, offset: int) -> bytes:
+    return encode_records([batch_of(region, offset, pa.array([f"{region}-{offset}"], pa.string()))], SCHEMA)
+
+
+def run_attempts(plan, fails: dict[str, dict[int, float]], attempts: int = ATTEMPTS) -> list[TaskOutcome]:
+    """Each planned range runs up to ``attempts`` attempts; an attempt fails at the first record of the range
+    that still has failures left (``fails[region][offset]``, ``inf`` for a poison record), and uses one of
+    them up. All attempts failing quarantines the region; its quarantined attempt reads an isolated record."""
+    out = []
+    for i, rr in enumerate(plan.regions):
+        left = fails.get(rr.region, {})
+        failed = 0
+        for _ in range(attempts):
+            bad = next((o for o in range(rr.start, rr.end) if left.get(o, 0) > 0), None)
+            if bad is None:
+                break
+            left[bad] -= 1
+            failed += 1
+        if failed == attempts:
+            letter = record_bytes(rr.region, rr.start) if rr.isolated else None
+            out.append(TaskOutcome(i, attempts, Status.QUARANTINED, plan.query_id, rr.region, rr.start, rr.start,
+                                   reason="quarantined", dead_letter=letter))
+        else:
+            out.append(TaskOutcome(i, failed, Status.WRITTEN, plan.query_id, rr.region, rr.start, rr.end,
+                                   rr.end - rr.start, rr.start, rr.end - 1, f"{rr.region}@{rr.start}"))
+    return out
+
+
+def with_dead_letters(**kw) -> Settings:
+    return Settings(dead_letter_path="/dead/letters", region_attempts=ATTEMPTS, **kw)
+
+
+def test_a_quarantined_range_is_planned_in_halves_until_its_poison_record_stands_alone():
+    s = with_dead_letters()
+    plan = plan_epoch(0, "q", "ck", {}, {"a": 120, "b": 120}, s)
+    record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, {"a": {37: math.inf}})), None)
+    a = record.regions["a"]
+    assert a.state is Standing.QUARANTINED and a.isolating == (0, 120) and a.consecutive_failures == 0
+    ranges = []
+    for epoch in range(1, 20):
+        plan = plan_epoch(epoch, "q", "ck", record.regions, {"a": 120, "b": 120}, s)
+        ranges += [(r.start, r.end, r.isolated) for r in plan.regions if r.region == "a"]
+        record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, {"a": {37: math.inf}})), record)
+        if record.dead_lettered:
+            break
+    # [0, 60) fails, [0, 30) passes, [30, 45) fails, [30, 37) passes, [37, 41) fails, ... 37 alone.
+    assert ranges[:4] == [(0, 60, False), (0, 30, False), (30, 45, False), (30, 37, False)]
+    assert ranges[-1] == (37, 38, True)
+    assert len(ranges) <= math.ceil(math.log2(120)) + 1
+    assert record.dead_lettered["a"].offset == 37 and record.kind is EpochKind.GLOBAL
+    assert record.regions["a"].committed_offset == 38 and record.regions["a"].isolating is None
+    assert record.regions["a"].dead_letters == 1 and record.regions["a"].state is Standing.OK
+    plan = plan_epoch(epoch + 1, "q", "ck", record.regions, {"a": 120, "b": 120}, s)
+    assert [(r.region, r.start, r.end, r.isolated) for r in plan.regions] == [("a", 38, 120, False)]
+
+
+def test_without_dead_letter_path_a_quarantined_region_retries_its_whole_range():
+    plan = plan_epoch(0, "q", "ck", {}, {"a": 120}, Settings(region_attempts=ATTEMPTS, max_failure_ratio=1.0))
+    record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, {"a": {37: math.inf}})), None)
+    assert record.regions["a"].isolating is None and record.regions["a"].consecutive_failures == 1
+    plan = plan_epoch(1, "q", "ck", record.regions, {"a": 120}, plan.settings)
+    assert [(r.start, r.end) for r in plan.regions] == [(0, 120)]
+
+
+def test_an_isolated_record_is_not_dead_lettered_in_an_aborted_epoch_but_what_failed_is_kept():
+    s = with_dead_letters(max_failure_ratio=0.0)  # any failure aborts the epoch
+    states = {"a": RegionState(0, None, 0, Standing.QUARANTINED, "q", isolating=(0, 1)), "b": RegionState(0)}
+    plan = plan_epoch(5, "q", "ck", states, {"a": 9, "b": 3}, s)
+    assert [(r.region, r.start, r.end, r.isolated) for r in plan.regions] == [("a", 0, 1, True), ("b", 0, 3, False)]
+    tasks = [TaskOutcome(0, ATTEMPTS, Status.QUARANTINED, "q", "a", 0, 0, dead_letter=record_bytes("a", 0)),
+             TaskOutcome(1, 0, Status.FAILED, region="b", reason="target down")]
+    previous = EpochRecord(4, EpochKind.REGIONAL, {}, {}, states)
+    record = decide(plan, outcomes_from_tasks(plan, tasks), previous)
+    assert record.kind is EpochKind.ABORTED and not record.dead_lettered
+    assert record.regions["a"].committed_offset == 0 and record.regions["a"].isolating == (0, 1)
+    healthy = TaskOutcome(1, 0, Status.WRITTEN, "q", "b", 0, 3, 3, 0, 2, "h")
+    record = decide(plan, outcomes_from_tasks(plan, [tasks[0], healthy]), previous)
+    assert record.kind is EpochKind.GLOBAL and record.dead_lettered["a"].offset == 0
+
+
+def test_a_dead_letter_without_its_record_is_a_fall_back_not_done():
+    s = with_dead_letters()
+    plan = plan_epoch(3, "q", "ck", {}, {"a": 1}, s)
+    plan = type(plan)(plan.query_id, plan.epoch, plan.store, (RegionRange("a", 0, 1, None, True),), s)
+    task = TaskOutcome(0, ATTEMPTS, Status.QUARANTINED, "q", "a", 0, 0, reason="quarantined", dead_letter=None)
+    outcome = outcomes_from_tasks(plan, [task])["a"]
+    assert outcome.status is Status.MISSING and "could not read it" in (outcome.reason or "")
+
+
+def test_dead_letter_path_is_a_setting_with_conf_default_and_refuses_remote_schemes(tmp_path):
+    conf = {"spark.regional.deadLetterPath": f"file://{tmp_path}/dl"}
+    assert resolve_settings(conf, {}, {}).dead_letter_path == f"{tmp_path}/dl"
+    assert resolve_settings(conf, {}, {"deadLetterPath": "rel/dl"}).dead_letter_path.endswith("/rel/dl")
+    assert resolve_settings({}, {}, {}).dead_letter_path is None
+    with pytest.raises(RegionalConfigError, match="only local paths"):
+        resolve_settings({}, {"deadletterpath": "s3://bucket/dl"}, {})
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 200), poison=st.sets(st.integers(0, 199), max_size=4),
+       transient=st.dictionaries(st.integers(0, 199), st.integers(1, 2 * ATTEMPTS), max_size=4),
+       healthy=st.integers(0, 50))
+def test_isolation_finds_every_poison_record_and_publishes_everything_else_once_in_order(n, poison, transient,
+                                                                                         healthy):
+    """A region of n records with poison records (fail always) and transient ones (fail a few times), next to
+    a healthy region: every poison record is dead-lettered once, a record that fails fewer times than
+    regionAttempts never is, everything else is committed once in offset order, and each poison record
+    costs O(log n) epochs."""
+    poison = {p for p in poison if p < n}
+    fails = {"p": {**{o: t for o, t in transient.items() if o < n}, **{o: math.inf for o in poison}}}
+    s = with_dead_letters()  # maxFailureRatio 0.5: p alone failing is all regions with work, yet nothing aborts
+    available = {"p": n, "h": healthy}
+    record, published, dead = None, {"p": [], "h": []}, []
+    bound = (len(poison) + len(transient)) * (math.ceil(math.log2(n)) + 3) + 2
+    for epoch in range(bound):
+        plan = plan_epoch(epoch, "q", "ck", record.regions if record else {}, available, s)
+        if not plan.regions:
+            break
+        record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, fails)), record)
+        for region, sl in record.committed.items():
+            published[region] += list(range(sl.start, sl.end))
+        dead += [d.offset for d in record.dead_lettered.values()]
+        assert record.kind is not EpochKind.ABORTED and record.reason is None  # isolation forces nothing
+    else:
+        raise AssertionError(f"not done within {bound} epochs")
+    assert sorted(dead) == dead and set(dead) >= poison
+    assert all(transient.get(o, 0) >= ATTEMPTS or o in poison for o in dead)  # rarely failing: never dead
+    assert sorted(published["p"] + dead) == list(range(n)) and published["p"] == sorted(published["p"])
+    assert published["h"] == list(range(healthy))
+
+
+# -- the dead-letter table through commit_epoch ---------------------------------------------------------------
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path / "ck")
+    s.open_query()
+    return s
+
+
+def isolated_plan(store, dead_letter_path, epoch=0):
+    s = Settings(dead_letter_path=str(dead_letter_path), region_attempts=ATTEMPTS)
+    plan = plan_epoch(epoch, store.query_id(), str(store.checkpoint), {}, {"a": 5, "b": 8}, s)
+    return type(plan)(plan.query_id, epoch, plan.store, (RegionRange("a", 4, 5, None, True), plan.regions[1]), s)
+
+
+def tasks_of(plan, letter: bytes | None):
+    return [TaskOutcome(0, ATTEMPTS, Status.QUARANTINED, plan.query_id, "a", 4, 4, reason="q", dead_letter=letter),
+            TaskOutcome(1, 0, Status.WRITTEN, plan.query_id, "b", 0, 8, 8, 0, 7, "b@0-8")]
+
+
+def test_commit_epoch_appends_the_dead_letter_once_even_when_the_driver_dies_after_the_intent(store, tmp_path):
+    dlq = tmp_path / "dead"
+    plan = isolated_plan(store, dlq)
+    target = MemoryTarget()
+    target.fail_commit = True  # the driver dies in phase two: the dead letter is published, the target is not
+    with pytest.raises(RuntimeError):
+        commit_epoch(plan, tasks_of(plan, record_bytes("a", 4)), store, target)
+    intent = store.read_intent(0)
+    assert intent is not None and set(intent.dead_letters) == {"a"} and intent.dead_letter_path == str(dlq)
+    target.fail_commit = False
+    record = commit_epoch(plan, tasks_of(plan, record_bytes("a", 4)), store, target)  # the re-run
+    assert record.dead_lettered["a"].offset == 4 and target.commits == {0: {"b": "b@0-8"}}
+    rows = DeltaTable(str(dlq)).to_pyarrow_table().to_pylist()
+    assert rows == [{"region": "a", "offset": 4, "value": "a-4", "epoch": 0, "error": record.dead_lettered["a"].error}]
+    assert "unknown" in rows[0]["error"]  # no JVM shim in a unit test: no failure record says why
+    assert not any((dlq / "_regional_staging").rglob("*.parquet"))
+    assert store.region_states()["a"].committed_offset == 5 and store.region_states()["a"].dead_letters == 1
+
+
+def test_a_dead_letter_table_of_another_shape_is_refused_before_the_intent(store, tmp_path):
+    dlq = tmp_path / "dead"
+    from deltalake import write_deltalake
+
+    write_deltalake(str(dlq), pa.table({"something": [1]}))
+    plan = isolated_plan(store, dlq)
+    with pytest.raises(RegionalConfigError, match="give each source type its own dead-letter table"):
+        commit_epoch(plan, tasks_of(plan, record_bytes("a", 4)), store, MemoryTarget())
+    assert store.read_intent(0) is None
