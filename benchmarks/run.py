@@ -602,7 +602,7 @@ READING = """## Reading the results (written by hand; the numbers above are from
 
 
 # Sections written by the other benchmark modules (benchmarks.kafka, benchmarks.postgres); they stay.
-KEPT_SECTIONS = ("kafka", "postgres")
+KEPT_SECTIONS = ("kafka", "postgres", "dead-letters")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -141,6 +141,7 @@ def test_sigkill_of_the_driver_at_each_step_of_phase_two_then_a_restart(postgres
     assert [e.epoch for e in regional.status(ck).epochs] == list(range(len(regional.status(ck).epochs)))
 
 
+@pytest.mark.campaign
 def test_sigkill_of_the_driver_at_random_moments(postgres, tmp_path):
     seed = random.randrange(1 << 30)
     rng = random.Random(seed)

@@ -93,3 +93,28 @@ def test_the_timeline_aggregates_many_regions(tmp_path):
     labels, _, cells, _ = outcome_grid(status(tmp_path))
     assert len(labels) <= MAX_ROWS and labels[0].startswith("r0000 .. ")
     assert sum(row[0] == QUARANTINED for row in cells) == 1 and cells[0][0] == COMMITTED
+
+
+def test_status_and_timeline_show_dead_letters_and_isolating_ranges(tmp_path):
+    from regional.cli.timeline import DEAD_LETTERED
+    from regional.store import DeadLetter
+
+    store = Store(tmp_path)
+    store.open_query()
+    store.write_record(EpochRecord(0, EpochKind.REGIONAL, {"a": Slice(0, 30, 30)}, {"p": FallBack(-1, "q", True)},
+                                   {"a": RegionState(30, 0), "p": RegionState(0, None, 0, Standing.QUARANTINED, "q",
+                                                                              isolating=(0, 30))}))
+    store.write_record(EpochRecord(1, EpochKind.GLOBAL, {}, {}, {"a": RegionState(30, 0),
+                                                                 "p": RegionState(8, 1, dead_letters=1)},
+                                   dead_lettered={"p": DeadLetter(7, "ValueError: bad")}))
+    st = status(tmp_path)
+    assert st.regions["p"].dead_letters == 1 and st.progress().dead_letters == 1
+    assert "p: offset 7 dead-lettered: ValueError: bad" in st.render()
+    assert "dead-lettered 1 [p@7]" in st.render()
+    shown = json.loads(run("status", str(tmp_path), "--json").stdout)
+    assert shown["regions"]["p"]["dead_letters"] == 1
+    assert shown["epochs"][1]["dead_lettered"] == {"p": {"offset": 7, "error": "ValueError: bad"}}
+    _, _, cells, _ = outcome_grid(st)
+    assert cells == [[COMMITTED, IDLE], [QUARANTINED, DEAD_LETTERED]]
+    first = status(tmp_path, epochs=None)
+    assert first.epochs[0].regions["p"].isolating == (0, 30)

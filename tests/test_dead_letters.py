@@ -210,3 +210,15 @@ def test_a_dead_letter_table_of_another_shape_is_refused_before_the_intent(store
     with pytest.raises(RegionalConfigError, match="give each source type its own dead-letter table"):
         commit_epoch(plan, tasks_of(plan, record_bytes("a", 4)), store, MemoryTarget())
     assert store.read_intent(0) is None
+
+
+def test_an_isolating_range_the_region_moved_past_is_replaced_not_kept():
+    """Records lost to retention moved the region past its isolating range: a new quarantine starts a new one
+    (with the old one kept, planning would ignore it and the region would retry its whole range for ever)."""
+    s = with_dead_letters()
+    states = {"a": RegionState(15, 3, 0, Standing.QUARANTINED, "q", isolating=(0, 10))}
+    plan = plan_epoch(4, "q", "ck", states, {"a": 40}, s)
+    assert [(r.start, r.end, r.isolated) for r in plan.regions] == [(15, 40, False)]
+    record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, {"a": {20: math.inf}})),
+                    EpochRecord(3, EpochKind.REGIONAL, {}, {}, states))
+    assert record.regions["a"].isolating == (15, 40) and record.regions["a"].consecutive_failures == 0

@@ -469,9 +469,10 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
 
 
 def narrows(state: RegionState | None, rr: RegionRange) -> bool:
-    """Whether a quarantine of ``rr`` narrows its region's isolating range (or starts one)."""
+    """Whether a quarantine of ``rr`` narrows its region's isolating range (or starts one). A range the
+    region has moved past (records lost to retention) is no longer being isolated."""
     suspect = state.isolating if state else None
-    return suspect is None or rr.end - rr.start < suspect[1] - suspect[0]
+    return suspect is None or rr.start >= suspect[1] or rr.end - rr.start < suspect[1] - suspect[0]
 
 
 def rest_of_isolation(suspect: tuple[int, int] | None, committed_to: int) -> tuple[int, int] | None:

@@ -237,7 +237,8 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         If it cannot be read, the region falls back (no dead letter file) and the record is tried again."""
         try:
             batches = [b for b in self.input.read(p.region, p.start, p.end, p.split) if b.num_rows]
-            files.write_dead_letter(encode_records(batches, self.input.schema))
+            if batches:  # no record at that offset: nothing to dead-letter, the region falls back
+                files.write_dead_letter(encode_records(batches, self.input.schema))
         except Exception as exc:
             log.warning("regional: epoch %d region %r: could not read offsets [%d, %d) to dead-letter them: %s",
                         p.epoch, p.region, p.start, p.end, exc)
