@@ -9,10 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pyspark.sql import functions as F
-
 import regional
-from integration.helpers import regional_stream
+from integration.helpers import poison_udf, regional_stream
 
 
 def main() -> None:
@@ -21,12 +19,7 @@ def main() -> None:
     spark = regional.local_spark("local[2,3]", "regional-dead-letter-child")
     regional.register(spark)
 
-    @F.udf("string")
-    def parse(value: str) -> str:
-        if value in poison:
-            raise ValueError(f"poison record {value}")
-        return value.upper()
-
+    parse = poison_udf(poison)
     df = regional_stream(spark, inp, ck)
     query = (df.select("region", "offset", parse("value").alias("value")).writeStream.format("regional")
              .option("target", "delta").option("path", str(out)).option("checkpointLocation", str(ck))

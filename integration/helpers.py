@@ -36,6 +36,18 @@ def regional_stream(spark: SparkSession, inp: Path, ck: Path, **options: str) ->
     return reader.load()
 
 
+def poison_udf(poison: set[str]):
+    """An upper-casing UDF that raises on every value in ``poison``: a real poison record, failing in the task."""
+
+    @F.udf("string")
+    def parse(value: str) -> str:
+        if value in poison:
+            raise ValueError(f"poison record {value}")
+        return value.upper()
+
+    return parse
+
+
 def start_to_delta(df: DataFrame, out: Path, ck: Path, target: str = "delta", **options: str) -> StreamingQuery:
     writer = (df.select("region", "offset", F.upper("value").alias("value")).writeStream.format("regional")
               .option("target", target).option("path", str(out)).option("checkpointLocation", str(ck))

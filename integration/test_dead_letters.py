@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 import regional
-from integration.helpers import add_epoch_of_files, assert_exactly_once, regional_stream
+from integration.helpers import add_epoch_of_files, assert_exactly_once, poison_udf, regional_stream
 from regional.store import Store
 
 REGIONS = ["a", "b", "c", "d", "e"]
@@ -46,12 +46,7 @@ def test_poison_records_are_isolated_to_the_record_while_healthy_regions_flow(sp
     poison = {("a", 37), ("a", 90), ("b", 0), ("b", ROWS - 1)}
     bad_values = {inputs[r][o] for r, o in poison}
 
-    @F.udf("string")
-    def parse(value: str) -> str:
-        if value in bad_values:
-            raise ValueError(f"poison record {value}")
-        return value.upper()
-
+    parse = poison_udf(bad_values)
     df = regional_stream(spark, inp, ck)
     caplog.set_level(logging.WARNING, logger="regional")
     query = start(df.select("region", "offset", parse("value").alias("value")), out, ck,
