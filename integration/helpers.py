@@ -14,18 +14,29 @@ from pyspark.sql.streaming import StreamingQuery
 
 def add_file(root: Path, region: str, name: str, values: list[str]) -> None:
     """Append one file to a region's log the way writers must: hidden name, then rename."""
+    _publish_files([_stage_file(root, region, name, values)])
+
+
+def add_epoch_of_files(root: Path, regions: list[str], tag: str, rows: int, pad: int = 0) -> dict[str, list[str]]:
+    """One file per region; all are written under hidden names first, then renamed one after the other,
+    so a running query rarely sees only some of them (the renames are microseconds apart, not zero:
+    a test that needs one epoch to see all of them adds them while its query is stopped)."""
+    added = {r: [f"{r}-{tag}-{i}-" + "x" * pad if pad else f"{r}-{tag}-{i}" for i in range(rows)] for r in regions}
+    _publish_files([_stage_file(root, r, f"{tag}.txt", values) for r, values in added.items()])
+    return added
+
+
+def _stage_file(root: Path, region: str, name: str, values: list[str]) -> tuple[Path, Path]:
     directory = root / region
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".{name}.tmp"
     tmp.write_text("".join(v + "\n" for v in values))
-    os.replace(tmp, directory / name)
+    return tmp, directory / name
 
 
-def add_epoch_of_files(root: Path, regions: list[str], tag: str, rows: int, pad: int = 0) -> dict[str, list[str]]:
-    added = {r: [f"{r}-{tag}-{i}-" + "x" * pad if pad else f"{r}-{tag}-{i}" for i in range(rows)] for r in regions}
-    for r, values in added.items():
-        add_file(root, r, f"{tag}.txt", values)
-    return added
+def _publish_files(staged: list[tuple[Path, Path]]) -> None:
+    for tmp, final in staged:
+        os.replace(tmp, final)
 
 
 def regional_stream(spark: SparkSession, inp: Path, ck: Path, **options: str) -> DataFrame:

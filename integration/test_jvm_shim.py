@@ -89,7 +89,7 @@ def test_a_repartition_runs_all_or_nothing_epochs_and_warns_once(spark, dirs, ca
     warnings = [r.getMessage() for r in caplog.records if "regional epochs are off" in r.getMessage()]
     assert len(warnings) == 1 and "repartition(2)" in warnings[0], warnings
     epochs = regional.status(ck).epochs
-    assert len(epochs) == 2 and all(e.kind == "global" and not e.fallen_back for e in epochs)
+    assert len(epochs) >= 2 and all(e.kind == "global" and not e.fallen_back for e in epochs)
     assert {r: s.rows for r, s in epochs[0].committed.items()} == dict.fromkeys(REGIONS, 6)
     assert_exactly_once_in_order(out, expected_rows(merge(first, second)), spark)
 

@@ -37,7 +37,8 @@ def test_all_healthy_with_files_appended_between_epochs(spark, dirs):
         query.stop()
     assert_exactly_once_in_order(out, expected_rows(inputs), spark)
     st = regional.status(ck)
-    assert [e.kind for e in st.epochs] == ["global"] * 4
+    kinds = [e.kind for e in st.epochs]  # 4, or more if an epoch's listing fell between two renames
+    assert set(kinds) == {"global"} and len(kinds) >= 4
     assert st.regions["late-joiner"].committed_offset == 3 and st.regions["a"].committed_offset == 17
     assert all(s.state == "ok" and s.ref_epoch is None for s in st.regions.values())
 
@@ -90,12 +91,21 @@ def test_max_consecutive_failures_forces_a_global_epoch_then_the_query_goes_on(s
 def test_disabled_is_all_or_nothing_and_fails_with_the_target_error(spark, dirs):
     inp, out, ck = dirs
     first = add_epoch_of_files(inp, REGIONS, "001", 4)
-    query = start_to_delta(regional_stream(spark, inp, ck), out, ck, target=FLAKY,
-                           failRegion="c", failEpochs="1", enabled="false")
+
+    def start():
+        return start_to_delta(regional_stream(spark, inp, ck), out, ck, target=FLAKY,
+                              failRegion="c", failEpochs="1", enabled="false")
+
+    query = start()
     try:
         query.processAllAvailable()
-        version = table_rows(out)
-        add_epoch_of_files(inp, REGIONS, "002", 4)
+    finally:
+        query.stop()
+    version = table_rows(out)
+    # added while no query runs, so epoch 1 holds every region's second file, c's included
+    add_epoch_of_files(inp, REGIONS, "002", 4)
+    query = start()
+    try:
         with pytest.raises(Exception, match="shard of region c is down"):
             query.processAllAvailable()
     finally:
