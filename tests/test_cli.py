@@ -75,9 +75,10 @@ def test_status_of_a_thousand_regions_reads_only_what_it_shows(tmp_path):
 
 def test_the_timeline_grid_and_picture(tmp_path):
     a_store(tmp_path, time.time())
-    labels, epochs, cells, lags = outcome_grid(status(tmp_path))
+    labels, epochs, cells, lags, shares = outcome_grid(status(tmp_path))
     assert labels == ["a/b", "c", "q"] and epochs == [0, 1]
     assert cells == [[COMMITTED, CUT], [COMMITTED, FALLEN_BACK], [IDLE, IDLE]] and lags == [3, 15, 7]
+    assert shares == [[1.0, 1.0]] * 3
     out = tmp_path / "timeline.png"
     result = run("timeline", str(tmp_path), "-o", str(out))
     assert result.returncode == 0, result.stderr
@@ -90,9 +91,14 @@ def test_the_timeline_aggregates_many_regions(tmp_path):
     regions["r0500"] = RegionState(0, None, 1, Standing.QUARANTINED, "poison")
     store.write_record(EpochRecord(0, EpochKind.REGIONAL, {"r0001": Slice(0, 1, 1)},
                                    {"r0500": FallBack(-1, "poison", True)}, regions))
-    labels, _, cells, _ = outcome_grid(status(tmp_path))
-    assert len(labels) <= MAX_ROWS and labels[0].startswith("r0000 .. ")
-    assert sum(row[0] == QUARANTINED for row in cells) == 1 and cells[0][0] == COMMITTED
+    grid = outcome_grid(status(tmp_path))
+    assert len(grid.labels) <= MAX_ROWS and grid.labels[0].startswith("r0000 .. ")
+    assert sum(row[0] == QUARANTINED for row in grid.cells) == 1 and grid.cells[0][0] == COMMITTED
+    size = -(-1000 // MAX_ROWS)
+    row = next(i for i, cells in enumerate(grid.cells) if cells[0] == QUARANTINED)
+    assert grid.shares[row][0] == 1 / size and grid.shares[0][0] == 1 / size  # one of the row's regions each
+    result = run("timeline", str(tmp_path), "-o", str(tmp_path / "many.png"))
+    assert result.returncode == 0, result.stderr
 
 
 def test_status_and_timeline_show_dead_letters_and_isolating_ranges(tmp_path):
@@ -114,7 +120,6 @@ def test_status_and_timeline_show_dead_letters_and_isolating_ranges(tmp_path):
     shown = json.loads(run("status", str(tmp_path), "--json").stdout)
     assert shown["regions"]["p"]["dead_letters"] == 1
     assert shown["epochs"][1]["dead_lettered"] == {"p": {"offset": 7, "error": "ValueError: bad"}}
-    _, _, cells, _ = outcome_grid(st)
-    assert cells == [[COMMITTED, IDLE], [QUARANTINED, DEAD_LETTERED]]
+    assert outcome_grid(st).cells == [[COMMITTED, IDLE], [QUARANTINED, DEAD_LETTERED]]
     first = status(tmp_path, epochs=None)
     assert first.epochs[0].regions["p"].isolating == (0, 30)

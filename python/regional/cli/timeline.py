@@ -1,10 +1,12 @@
 """``python -m regional timeline <checkpoint> -o timeline.png``: regions x epochs, coloured by outcome,
 with each region's lag beside it. Above ``MAX_ROWS`` regions, neighbouring regions share a row that shows
-the worst outcome among them and their largest lag. Needs matplotlib (``pip install 'regional[timeline]'``)."""
+the worst outcome among them (committed work paler when few of them had any) and their largest lag. Needs matplotlib
+(``pip install 'regional[timeline]'``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from regional.cli.status import QueryStatus
 from regional.errors import RegionalConfigError
@@ -17,8 +19,15 @@ LEGEND = {IDLE: ("no work", "#eeeeee"), COMMITTED: ("committed", "#2e8b57"),
           FALLEN_BACK: ("fallen back", "#ff8c00"), QUARANTINED: ("quarantined", "#c0392b")}
 
 
-def outcome_grid(st: QueryStatus) -> tuple[list[str], list[int], list[list[int]], list[int]]:
-    """Row labels, epochs, the outcome code of each (row, epoch), and each row's lag."""
+class Grid(NamedTuple):
+    labels: list[str]  # one per row: a region, or "first .. last" for a shared row
+    epochs: list[int]
+    cells: list[list[int]]  # the outcome code of each (row, epoch); a shared row's worst
+    lags: list[int]  # each row's lag; a shared row's largest
+    shares: list[list[float]]  # of a row's regions, the share whose outcome is the cell's (1.0 for one region)
+
+
+def outcome_grid(st: QueryStatus) -> Grid:
     regions = sorted(st.regions)
     epochs = [e.epoch for e in st.epochs]
     cells = []
@@ -36,15 +45,17 @@ def outcome_grid(st: QueryStatus) -> tuple[list[str], list[int], list[list[int]]
         cells.append(row)
     lags = [st.lag(r) or 0 for r in regions]
     if len(regions) <= MAX_ROWS:
-        return regions, epochs, cells, lags
+        return Grid(regions, epochs, cells, lags, [[1.0] * len(epochs) for _ in regions])
     size = -(-len(regions) // MAX_ROWS)  # regions per row
-    labels, grouped, grouped_lags = [], [], []
+    grid = Grid([], epochs, [], [], [])
     for i in range(0, len(regions), size):
         members = range(i, min(i + size, len(regions)))
-        labels.append(f"{regions[members[0]]} .. {regions[members[-1]]}")
-        grouped.append([max(cells[m][j] for m in members) for j in range(len(epochs))])
-        grouped_lags.append(max(lags[m] for m in members))
-    return labels, epochs, grouped, grouped_lags
+        worst = [max(cells[m][j] for m in members) for j in range(len(epochs))]
+        grid.labels.append(f"{regions[members[0]]} .. {regions[members[-1]]}")
+        grid.cells.append(worst)
+        grid.shares.append([sum(cells[m][j] == w for m in members) / len(members) for j, w in enumerate(worst)])
+        grid.lags.append(max(lags[m] for m in members))
+    return grid
 
 
 def draw(st: QueryStatus, out: str | Path) -> Path:
@@ -53,18 +64,23 @@ def draw(st: QueryStatus, out: str | Path) -> Path:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.colors import ListedColormap
+        from matplotlib.colors import to_rgb
         from matplotlib.patches import Patch
     except ImportError:
         raise RegionalConfigError("the timeline needs matplotlib: pip install 'regional[timeline]'") from None
     if not st.epochs:
         raise RegionalConfigError(f"{st.checkpoint} has no epoch records yet: nothing to draw")
-    labels, epochs, cells, lags = outcome_grid(st)
+    labels, epochs, cells, lags, shares = outcome_grid(st)
     height = min(2 + 0.22 * len(labels), 18)
     fig, (grid_ax, lag_ax) = plt.subplots(1, 2, figsize=(12, height), sharey=True,
                                           gridspec_kw={"width_ratios": [5, 1]})
-    cmap = ListedColormap([LEGEND[k][1] for k in sorted(LEGEND)])
-    grid_ax.imshow(cells, aspect="auto", interpolation="nearest", cmap=cmap, vmin=0, vmax=len(LEGEND) - 1,
+    # A shared row shows a fault in full colour even if one region of many had it (it needs attention);
+    # committed work fades towards white as fewer of the row's regions had any, so a busy row reads darker.
+    white = to_rgb("#ffffff")
+    pixels = [[_fade(to_rgb(LEGEND[code][1]), white, 1.0 if code >= DEAD_LETTERED else share)
+               for code, share in zip(row, row_shares, strict=True)]
+              for row, row_shares in zip(cells, shares, strict=True)]
+    grid_ax.imshow(pixels, aspect="auto", interpolation="nearest",
                    extent=(epochs[0] - 0.5, epochs[-1] + 0.5, len(labels) - 0.5, -0.5))
     grid_ax.set_yticks(range(len(labels)))
     grid_ax.set_yticklabels(labels, fontsize=7 if len(labels) > 24 else 9)
@@ -74,10 +90,18 @@ def draw(st: QueryStatus, out: str | Path) -> Path:
         grid_ax.set_xticks([e + 0.5 for e in epochs[:-1]], minor=True)
         grid_ax.grid(which="minor", axis="x", color="white", linewidth=0.8)
         grid_ax.tick_params(which="minor", length=0)
+    aggregated = any(share < 1.0 for row in shares for share in row)
     fig.legend(handles=[Patch(color=c, label=n) for n, c in LEGEND.values()], loc="lower center",
-               ncol=len(LEGEND), fontsize=8, frameon=False)
+               ncol=len(LEGEND), fontsize=8, frameon=False,
+               title=f"a row holds up to {-(-len(st.regions) // len(labels))} regions: a fault in any of them shows; "
+               "paler green: fewer of them committed"
+               if aggregated else None, title_fontsize=8)
     lag_ax.barh(range(len(labels)), lags, color="#4682b4")
-    lag_ax.set_xlim(0, max(1, *lags))
+    lag_ax.set_xlim(0, max(1, *lags) * 1.25)
+    if len(labels) <= 24:  # a number per bar, so that a region with no lag reads "0", not a blank
+        for row, lag in enumerate(lags):
+            lag_ax.annotate(f"{lag:,}", (lag, row), xytext=(3, 0), textcoords="offset points", va="center",
+                            fontsize=8)
     lag_ax.set_xlabel("lag (offsets)")
     lag_ax.set_title("lag now", fontsize=10)
     fig.tight_layout(rect=(0, 0.06 if len(labels) < 24 else 0.03, 1, 1))
@@ -85,3 +109,9 @@ def draw(st: QueryStatus, out: str | Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _fade(colour: tuple[float, float, float], white: tuple[float, float, float],
+          share: float) -> tuple[float, float, float]:
+    strength = 0.25 + 0.75 * share  # even one region of many stays visible
+    return tuple(w + (c - w) * strength for c, w in zip(colour, white, strict=True))  # type: ignore[return-value]
