@@ -90,7 +90,7 @@ def draw(st: QueryStatus, out: str | Path) -> Path:
         grid_ax.set_xticks([e + 0.5 for e in epochs[:-1]], minor=True)
         grid_ax.grid(which="minor", axis="x", color="white", linewidth=0.8)
         grid_ax.tick_params(which="minor", length=0)
-    aggregated = any(share < 1.0 for row in shares for share in row)
+    aggregated = len(labels) < len(st.regions)
     fig.legend(handles=[Patch(color=c, label=n) for n, c in LEGEND.values()], loc="lower center",
                ncol=len(LEGEND), fontsize=8, frameon=False,
                title=f"a row holds up to {-(-len(st.regions) // len(labels))} regions: a fault in any of them shows; "
