@@ -75,10 +75,10 @@ def test_status_of_a_thousand_regions_reads_only_what_it_shows(tmp_path):
 
 def test_the_timeline_grid_and_picture(tmp_path):
     a_store(tmp_path, time.time())
-    labels, epochs, cells, lags, shares = outcome_grid(status(tmp_path))
+    labels, epochs, cells, lags, shares, per_row = outcome_grid(status(tmp_path))
     assert labels == ["a/b", "c", "q"] and epochs == [0, 1]
     assert cells == [[COMMITTED, CUT], [COMMITTED, FALLEN_BACK], [IDLE, IDLE]] and lags == [3, 15, 7]
-    assert shares == [[1.0, 1.0]] * 3
+    assert shares == [[1.0, 1.0]] * 3 and per_row == 1
     out = tmp_path / "timeline.png"
     result = run("timeline", str(tmp_path), "-o", str(out))
     assert result.returncode == 0, result.stderr
@@ -95,6 +95,7 @@ def test_the_timeline_aggregates_many_regions(tmp_path):
     assert len(grid.labels) <= MAX_ROWS and grid.labels[0].startswith("r0000 .. ")
     assert sum(row[0] == QUARANTINED for row in grid.cells) == 1 and grid.cells[0][0] == COMMITTED
     size = -(-1000 // MAX_ROWS)
+    assert grid.per_row == size
     row = next(i for i, cells in enumerate(grid.cells) if cells[0] == QUARANTINED)
     assert grid.shares[row][0] == 1 / size and grid.shares[0][0] == 1 / size  # one of the row's regions each
     result = run("timeline", str(tmp_path), "-o", str(tmp_path / "many.png"))

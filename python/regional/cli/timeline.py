@@ -25,6 +25,7 @@ class Grid(NamedTuple):
     cells: list[list[int]]  # the outcome code of each (row, epoch); a shared row's worst
     lags: list[int]  # each row's lag; a shared row's largest
     shares: list[list[float]]  # of a row's regions, the share whose outcome is the cell's (1.0 for one region)
+    per_row: int  # regions per row: 1, or more when neighbours share rows
 
 
 def outcome_grid(st: QueryStatus) -> Grid:
@@ -45,9 +46,9 @@ def outcome_grid(st: QueryStatus) -> Grid:
         cells.append(row)
     lags = [st.lag(r) or 0 for r in regions]
     if len(regions) <= MAX_ROWS:
-        return Grid(regions, epochs, cells, lags, [[1.0] * len(epochs) for _ in regions])
+        return Grid(regions, epochs, cells, lags, [[1.0] * len(epochs) for _ in regions], 1)
     size = -(-len(regions) // MAX_ROWS)  # regions per row
-    grid = Grid([], epochs, [], [], [])
+    grid = Grid([], epochs, [], [], [], size)
     for i in range(0, len(regions), size):
         members = range(i, min(i + size, len(regions)))
         worst = [max(cells[m][j] for m in members) for j in range(len(epochs))]
@@ -70,14 +71,13 @@ def draw(st: QueryStatus, out: str | Path) -> Path:
         raise RegionalConfigError("the timeline needs matplotlib: pip install 'regional[timeline]'") from None
     if not st.epochs:
         raise RegionalConfigError(f"{st.checkpoint} has no epoch records yet: nothing to draw")
-    labels, epochs, cells, lags, shares = outcome_grid(st)
+    labels, epochs, cells, lags, shares, per_row = outcome_grid(st)
     height = min(2 + 0.22 * len(labels), 18)
     fig, (grid_ax, lag_ax) = plt.subplots(1, 2, figsize=(12, height), sharey=True,
                                           gridspec_kw={"width_ratios": [5, 1]})
     # A shared row shows a fault in full colour even if one region of many had it (it needs attention);
     # committed work fades towards white as fewer of the row's regions had any, so a busy row reads darker.
-    white = to_rgb("#ffffff")
-    pixels = [[_fade(to_rgb(LEGEND[code][1]), white, 1.0 if code >= DEAD_LETTERED else share)
+    pixels = [[_fade(to_rgb(LEGEND[code][1]), 1.0 if code >= DEAD_LETTERED else share)
                for code, share in zip(row, row_shares, strict=True)]
               for row, row_shares in zip(cells, shares, strict=True)]
     grid_ax.imshow(pixels, aspect="auto", interpolation="nearest",
@@ -90,12 +90,10 @@ def draw(st: QueryStatus, out: str | Path) -> Path:
         grid_ax.set_xticks([e + 0.5 for e in epochs[:-1]], minor=True)
         grid_ax.grid(which="minor", axis="x", color="white", linewidth=0.8)
         grid_ax.tick_params(which="minor", length=0)
-    aggregated = len(labels) < len(st.regions)
     fig.legend(handles=[Patch(color=c, label=n) for n, c in LEGEND.values()], loc="lower center",
                ncol=len(LEGEND), fontsize=8, frameon=False,
-               title=f"a row holds up to {-(-len(st.regions) // len(labels))} regions: a fault in any of them shows; "
-               "paler green: fewer of them committed"
-               if aggregated else None, title_fontsize=8)
+               title=f"a row holds up to {per_row} regions: a fault in any of them shows; "
+               "paler green: fewer of them committed" if per_row > 1 else None, title_fontsize=8)
     lag_ax.barh(range(len(labels)), lags, color="#4682b4")
     lag_ax.set_xlim(0, max(1, *lags) * 1.25)
     if len(labels) <= 24:  # a number per bar, so that a region with no lag reads "0", not a blank
@@ -111,7 +109,7 @@ def draw(st: QueryStatus, out: str | Path) -> Path:
     return path
 
 
-def _fade(colour: tuple[float, float, float], white: tuple[float, float, float],
-          share: float) -> tuple[float, float, float]:
-    strength = 0.25 + 0.75 * share  # even one region of many stays visible
-    return tuple(w + (c - w) * strength for c, w in zip(colour, white, strict=True))  # type: ignore[return-value]
+def _fade(colour: tuple[float, float, float], share: float) -> tuple[float, float, float]:
+    """``colour`` mixed with white: full at share 1, a quarter at share 0 (one region of many stays visible)."""
+    strength = 0.25 + 0.75 * share
+    return tuple(1.0 + (c - 1.0) * strength for c in colour)  # type: ignore[return-value]
