@@ -139,6 +139,9 @@ def test_transactional_producer_offset_gaps_read_committed(spark, kafka, tmp_pat
         for i in range(7):
             for p in range(2):
                 producer.produce(topic, value=f"{batch}-{p}-{i}".encode(), partition=p)
+        # Wait for delivery first: librdkafka can send an abort's EndTxn before the coordinator has
+        # registered the partitions, which fails fatally with INVALID_TXN_STATE (librdkafka#4849).
+        assert producer.flush(60) == 0, "the transaction's records were not delivered"
         (producer.commit_transaction if commit else producer.abort_transaction)(60)
     produce(kafka, topic, 2, 3, "plain")
     out, ck = tmp_path / "out", tmp_path / "ck"
