@@ -1,0 +1,271 @@
+"""What the scenario modules of ``benchmarks.run`` share: the input, the two pipelines, timing, sampling."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import regional
+from regional.store import Store
+
+REGIONS = [f"r{i:02d}" for i in range(16)]
+FAILING = "r00"
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    volume_rows_per_file: int  # scenario 1's input: 16 regions of files of ~200-byte lines
+    volume_files_per_region: int
+    rows_per_file: int  # the fault scenarios' input (2 and 5)
+    files_per_region: int
+    repeats: int
+    window_s: float  # scenario 2's failure window
+    straggler_rows: int  # scenario 3: rows per region
+    scale_regions: tuple[int, ...]  # scenario 4: the driver's work per epoch
+    store_epochs: int
+    known_regions: int  # scenario 4: regions known to the query, 10 of them with data per epoch
+
+
+QUICK = Mode("quick", 8_000, 2, 2_000, 4, 1, 12.0, 800, (16, 1_000, 10_000), 300, 200)
+FULL = Mode("full", 62_500, 4, 10_000, 8, 2, 40.0, 3_000, (16, 1_000, 10_000), 1000, 1_000)
+LINE_PAD = "payload-" * 22  # with the prefix, lines of about 200 bytes
+
+
+@dataclass
+class Row:
+    scenario: str
+    metric: str
+    stock: str
+    regional: str
+    ratio: str
+    goal: str
+    met: str
+    notes: list[str] = field(default_factory=list)
+
+
+def spread(values: list[float], fmt: str = "{:,.0f}") -> str:
+    """min / median / max over repeats."""
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return "/".join(fmt.format(v) for v in (min(values), statistics.median(values), max(values)))
+
+
+# -- input -------------------------------------------------------------------------------------
+
+
+def write_input(root: Path, rows_per_file: int, files_per_region: int, pad: str = "payload-" * 10) -> int:
+    """16 regions of text files, one sub-directory per region (the layout both sources read)."""
+    # File by file across the regions, so that stock Spark's file source (which goes by modification
+    # time) reads every region in every batch, as regional does.
+    for f in range(files_per_region):
+        for region in REGIONS:
+            directory = root / region
+            directory.mkdir(parents=True, exist_ok=True)
+            lines = (f"{region} record {f * rows_per_file + i:08d} {pad}" for i in range(rows_per_file))
+            (directory / f"{f:05d}.txt").write_text("\n".join(lines) + "\n")
+    return len(REGIONS) * files_per_region * rows_per_file
+
+
+def delta_rows(table: Path) -> int:
+    from deltalake import DeltaTable
+
+    try:
+        return DeltaTable(str(table)).to_pyarrow_dataset().count_rows()
+    except Exception:  # no table yet
+        return 0
+
+
+# -- the two pipelines -------------------------------------------------------------------------
+
+
+def regional_query(spark, inp: Path, out: Path, ck: Path, per_epoch: int, *, available_now: bool = True,
+                   target: str = "delta", transform: Callable | None = None, **options: str):
+    from pyspark.sql import functions as F
+
+    df = (spark.readStream.format("regional").option("source", "files").option("path", str(inp))
+          .option("maxRecordsPerRegion", str(per_epoch)).load())
+    df = df.select("region", "offset", (transform(df) if transform else F.upper("value")).alias("value"))
+    writer = (df.writeStream.format("regional").option("target", target).option("path", str(out))
+              .option("checkpointLocation", str(ck)))
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    return writer.start()
+
+
+def stock_query(spark, inp: Path, out: Path, ck: Path, files_per_batch: int, *, available_now: bool = True,
+                transform: Callable | None = None):
+    from pyspark.sql import functions as F
+
+    df = (spark.readStream.format("text").option("maxFilesPerTrigger", str(files_per_batch))
+          .load(str(inp / "*" / "*.txt"))
+          # Every record starts with its region id. (input_file_name() is empty below a Python UDF.)
+          .withColumn("region", F.substring_index("value", " ", 1)))
+    df = df.select("region", (transform(df) if transform else F.upper("value")).alias("value"))
+    writer = df.writeStream.format("delta").option("checkpointLocation", str(ck))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    return writer.start(str(out))
+
+
+def timed(start: Callable) -> float:
+    began = time.perf_counter()
+    query = start()
+    query.awaitTermination()
+    if query.exception():
+        raise RuntimeError(query.exception())
+    return time.perf_counter() - began
+
+
+# -- sampling ----------------------------------------------------------------------------------
+
+
+class Sampler:
+    """Samples a cumulative count every ``interval`` seconds on a thread."""
+
+    def __init__(self, count: Callable[[], int], interval: float = 0.25) -> None:
+        self.count, self.interval = count, interval
+        self.samples: list[tuple[float, int]] = []
+        self.t0 = time.perf_counter()
+        self.window = (0.0, 0.0)  # the failure window, in seconds since t0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.samples.append((time.perf_counter() - self.t0, self.count()))
+            except Exception:
+                pass
+            self._stop.wait(self.interval)
+
+    def stop(self) -> list[tuple[float, int]]:
+        self._stop.set()
+        self._thread.join()
+        return self.samples
+
+    def rate(self, start: float, end: float) -> float:
+        inside = [(t, n) for t, n in self.samples if start <= t <= end]
+        if len(inside) < 2:
+            return 0.0
+        return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+
+
+def healthy_committed(ck: Path) -> int:
+    record = Store(ck).latest_record()
+    return sum(s.committed_offset for r, s in (record.regions.items() if record else ()) if r != FAILING)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("benchmark query made no progress")
+        time.sleep(0.1)
+
+
+
+class NullTarget:
+    def prepare(self, epoch, region, batches):
+        raise AssertionError("not used")
+
+    def commit(self, epoch, handles):
+        pass
+
+    def abort(self, epoch, handles):
+        pass
+
+
+
+
+class Footprint:
+    """Peak resident memory of the driver (this Python process and its JVM) and of the Python workers
+    (processes below the JVM), sampled from /proc every ``interval`` seconds on a thread."""
+
+    def __init__(self, interval: float = 0.5) -> None:
+        self.interval = interval
+        self.driver_mb = 0.0
+        self.worker_mb = 0.0  # the largest single Python worker
+        self.workers = 0  # the most Python workers alive at once
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._sample()
+            except OSError:  # a process ended between listing and reading
+                pass
+            self._stop.wait(self.interval)
+
+    def _sample(self) -> None:
+        children: dict[int, list[int]] = {}
+        names: dict[int, str] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    stat = (entry / "stat").read_text()
+                except OSError:
+                    continue
+                fields = stat[stat.rindex(")") + 2:].split()
+                children.setdefault(int(fields[1]), []).append(int(entry.name))
+                names[int(entry.name)] = stat[stat.index("(") + 1:stat.rindex(")")]
+        me = os.getpid()
+        jvms = [p for p in children.get(me, []) if names.get(p) == "java"]
+        driver = _rss_mb(me) + sum(_rss_mb(p) for p in jvms)
+        workers: list[int] = []
+        todo = list(jvms)
+        while todo:
+            for child in children.get(todo.pop(), []):
+                todo.append(child)
+                if names.get(child, "").startswith("python"):
+                    workers.append(child)
+        self.driver_mb = max(self.driver_mb, driver)
+        self.worker_mb = max([self.worker_mb, *(_rss_mb(p) for p in workers)])
+        self.workers = max(self.workers, len(workers))
+
+    def stop(self) -> Footprint:
+        self._stop.set()
+        self._thread.join()
+        return self
+
+    def describe(self) -> str:
+        return (f"peak RSS: driver (Python + JVM) {self.driver_mb:,.0f} MB, largest Python worker "
+                f"{self.worker_mb:,.0f} MB, at most {self.workers} Python workers")
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def environment(command: str, mode: Mode, elapsed: float) -> list[str]:
+    """The lines that say where and with what the numbers were measured."""
+    import pyarrow as pa
+    import pyspark
+
+    from regional.spark.session import DELTA_PACKAGE
+
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return [
+        f"- command: `{command}` ({mode.name} mode, {mode.repeats} repeat(s), {elapsed / 60:.1f} min)",
+        f"- machine: {os.cpu_count()} cores, {mem_gb:.0f} GB, {platform.system()} {platform.machine()}, "
+        f"Python {platform.python_version()}",
+        f"- versions: pyspark {pyspark.__version__}, regional {regional.__version__}, Delta {DELTA_PACKAGE}, "
+        f"pyarrow {pa.__version__}",
+    ]

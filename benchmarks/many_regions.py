@@ -1,0 +1,133 @@
+"""Scenario 4: many regions.
+
+- The driver's work per epoch by region count, without Spark: planning, deciding and recording (the store),
+  and publishing one Delta transaction, timed apart. Staged files are written first, as tasks would.
+- Epoch latency of a real query that knows many regions, ten of them with data per epoch, against one that
+  knows 16 (only regions with work get tasks).
+- The store's size over many epochs with ``retainEpochs=100``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+from benchmarks.common import Footprint, Mode, NullTarget, Row, delta_rows
+from regional.protocol.epoch import Status, TaskOutcome, commit_epoch, plan_epoch
+from regional.protocol.settings import Settings
+from regional.store import Store
+from regional.targets import load_target
+
+ACTIVE = 10  # regions with data per epoch
+
+
+def driver_work(work: Path, regions: int, epochs: int = 6) -> dict[str, float]:
+    """Median seconds per epoch of plan, decide + record (a target that publishes nothing), and the same with
+    one Delta transaction publishing every region's staged file."""
+    names = [f"region-{i:05d}" for i in range(regions)]
+    timings: dict[str, list[float]] = {"plan": [], "decide+record": [], "with Delta publish": []}
+    batch = pa.record_batch({"value": pa.array(["x"] * 10)})
+    for target_name in ("null", "delta"):
+        store = Store(Path(tempfile.mkdtemp(dir=work)) / "ck")
+        query_id = store.open_query()
+        target = NullTarget() if target_name == "null" else load_target(
+            {"target": "delta", "path": str(work / f"table-{regions}"), "queryid": query_id})
+        for epoch in range(epochs):
+            began = time.perf_counter()
+            plan = plan_epoch(epoch, query_id, str(store.checkpoint), store.region_states(),
+                              dict.fromkeys(names, (epoch + 1) * 10), Settings())
+            planned = time.perf_counter()
+            handles = {rr.region: None if target_name == "null" else target.prepare(epoch, rr.region, iter([batch]))
+                       for rr in plan.regions}
+            reports = [TaskOutcome(i, 0, Status.WRITTEN, query_id, rr.region, rr.start, rr.end, 10, rr.start,
+                                   rr.end - 1, handles[rr.region]) for i, rr in enumerate(plan.regions)]
+            staged = time.perf_counter()
+            commit_epoch(plan, reports, store, target)
+            done = time.perf_counter()
+            if epoch:  # epoch 0 also creates the store's files and the table
+                if target_name == "null":
+                    timings["plan"].append(planned - began)
+                    timings["decide+record"].append(done - staged)
+                else:
+                    timings["with Delta publish"].append(done - staged)
+    return {k: statistics.median(v) for k, v in timings.items()}
+
+
+def store_sizes(work: Path, mode: Mode) -> list[tuple[int, int]]:
+    store = Store(work / "s4-store")
+    query_id = store.open_query()
+    sizes = []
+    regions = [f"region-{i:02d}" for i in range(16)]
+    for epoch in range(mode.store_epochs):
+        plan = plan_epoch(epoch, query_id, str(store.checkpoint), store.region_states(),
+                          dict.fromkeys(regions, epoch + 1), Settings())
+        reports = [TaskOutcome(i, 0, Status.FAILED if (rr.region == regions[0] and epoch % 50 < 10) else Status.WRITTEN,
+                               query_id, rr.region, rr.start, rr.end, 1, rr.start, rr.end - 1, None, "down")
+                   for i, rr in enumerate(plan.regions)]
+        commit_epoch(plan, reports, store, NullTarget())
+        if epoch + 1 in (100, mode.store_epochs // 2, mode.store_epochs):
+            sizes.append((epoch + 1, sum(f.stat().st_size for f in store.root.rglob("*") if f.is_file())))
+    return sizes
+
+
+def epoch_latency(spark, work: Path, known: int, epochs: int = 6) -> tuple[float, Footprint]:
+    """Median seconds per epoch (Spark's triggerExecution) of a running query that knows ``known`` regions,
+    after ``ACTIVE`` of them get a new file each."""
+    inp, out, ck = work / f"lat-{known}-in", work / f"lat-{known}-out", work / f"lat-{known}-ck"
+    regions = [f"r{i:05d}" for i in range(known)]
+    for region in regions:  # every region known: one line each, read by the first epoch
+        (inp / region).mkdir(parents=True)
+        (inp / region / "00000.txt").write_text(f"{region} 0\n")
+    query = (spark.readStream.format("regional").option("source", "files").option("path", str(inp)).load()
+             .writeStream.format("regional").option("target", "delta").option("path", str(out))
+             .option("checkpointLocation", str(ck)).start())
+    footprint = Footprint()
+    latencies = []
+    try:
+        query.processAllAvailable()
+        rows = known
+        for epoch in range(1, epochs + 1):
+            for region in (regions[(epoch * ACTIVE + k) % known] for k in range(ACTIVE)):
+                body = "".join(f"{region} {epoch}-{i}\n" for i in range(1000))
+                tmp = inp / region / f".{epoch:05d}.txt"
+                tmp.write_text(body)
+                tmp.rename(inp / region / f"{epoch:05d}.txt")
+            rows += ACTIVE * 1000
+            before = query.lastProgress.batchId if query.lastProgress else -1
+            query.processAllAvailable()
+            assert delta_rows(out) == rows, f"the query lost or doubled rows: {delta_rows(out)} != {rows}"
+            latencies += [p.durationMs.get("triggerExecution", 0) / 1000 for p in query.recentProgress
+                          if p.batchId > before and p.numInputRows > 0]
+    finally:
+        query.stop()
+        footprint.stop()
+    return statistics.median(latencies), footprint
+
+
+def run(spark, work: Path, mode: Mode) -> list[Row]:
+    driver = {n: driver_work(work, n) for n in mode.scale_regions}
+    sizes = store_sizes(work, mode)
+    small, _ = epoch_latency(spark, work, 16)
+    large, footprint = epoch_latency(spark, work, mode.known_regions)
+    worst = max(mode.scale_regions)
+    driver_ms = driver[worst]["plan"] + driver[worst]["decide+record"]
+    latency_ratio = large / small
+    bounded = sizes[-1][1] <= sizes[0][1] * 1.2
+    return [
+        Row(f"4a. {mode.known_regions:,} known regions, {ACTIVE} with data per epoch", "epoch latency p50 (s)",
+            "-", f"16 regions: {small:.2f}; {mode.known_regions:,} regions: {large:.2f}", f"{latency_ratio:.2f}x",
+            "<= 1.5x that of 16 regions", "yes" if latency_ratio <= 1.5 else "no",
+            [f"{mode.known_regions:,} regions: {footprint.describe()}"]),
+        Row(f"4b. the driver's work per epoch at {worst:,} regions", "plan + decide + record (ms)", "-",
+            f"{driver_ms * 1000:.0f}", "-", "<= 200 ms", "yes" if driver_ms <= 0.2 else "no",
+            ["ms per epoch by region count, plan / decide+record / decide+record with one Delta publish: "
+             + "; ".join(f"{n:,}: {t['plan'] * 1000:.0f} / {t['decide+record'] * 1000:.0f} / "
+                         f"{t['with Delta publish'] * 1000:.0f}" for n, t in driver.items()),
+             "store size with retainEpochs=100 after " + ", ".join(f"{e} epochs: {s / 1024:.0f} KiB"
+                                                                  for e, s in sizes)
+             + (" (bounded)" if bounded else " (GROWING)")]),
+    ]
