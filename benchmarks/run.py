@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT), help="where BENCHMARKS.md and the PNG go")
     args = parser.parse_args(argv)
     mode = QUICK if args.quick else FULL
-    command = "python -m benchmarks.run" + (" --quick" if args.quick else "")
+    command = " ".join(["python -m benchmarks.run", *(argv if argv is not None else sys.argv[1:])])
     out = Path(args.out)
     began = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="regional-bench-"))
@@ -140,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 report += "\n" + previous[previous.index(begin):previous.index(end) + len(end)] + "\n"
         target.write_text(report)
         print(report)
+        (out / "benchmarks").mkdir(parents=True, exist_ok=True)
         (out / "benchmarks" / "last-run.json").write_text(json.dumps([r.__dict__ for r in rows], indent=1))
     for name in filter(None, args.others.split(",")):
         if name not in OTHERS:

@@ -146,7 +146,9 @@ class SinkWatch:
 
     Measured on Spark 4.2: the source cannot wait for the sink to catch up. With a Python UDF between them,
     one task thread moves rows source -> UDF -> sink, so what is already in the buffers between them when the
-    deadline passes is still processed and published."""
+    deadline passes is still processed and published. A cut in the sink does not help either (tried): when a
+    Python sink returns before reading all its input, Spark still runs the rest of the task's input through
+    the operators before it (the UDF) before the task ends; the cut only discards finished work."""
 
     def __init__(self, files: TaskFiles, timeout: float, startup_grace: float = 10.0) -> None:
         self.files = files
