@@ -128,29 +128,46 @@ def timed(start: Callable) -> float:
 # -- sampling ----------------------------------------------------------------------------------
 
 
-class Sampler:
-    """Samples a cumulative count every ``interval`` seconds on a thread."""
+class Periodic:
+    """Calls ``sample`` every ``interval`` seconds on a thread until ``stop``."""
 
-    def __init__(self, count: Callable[[], int], interval: float = 0.25) -> None:
-        self.count, self.interval = count, interval
-        self.samples: list[tuple[float, int]] = []
-        self.t0 = time.perf_counter()
-        self.window = (0.0, 0.0)  # the failure window, in seconds since t0
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+
+    def sample(self) -> None:
+        raise NotImplementedError
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.samples.append((time.perf_counter() - self.t0, self.count()))
-            except Exception:
+                self.sample()
+            except Exception:  # a sample that fails (a table being written, a process ending) is skipped
                 pass
             self._stop.wait(self.interval)
 
-    def stop(self) -> list[tuple[float, int]]:
+    def _halt(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class Sampler(Periodic):
+    """Samples a cumulative count every ``interval`` seconds on a thread."""
+
+    def __init__(self, count: Callable[[], int], interval: float = 0.25) -> None:
+        super().__init__(interval)
+        self.count = count
+        self.samples: list[tuple[float, int]] = []
+        self.t0 = time.perf_counter()
+        self.window = (0.0, 0.0)  # the failure window, in seconds since t0
+        self._thread.start()
+
+    def sample(self) -> None:
+        self.samples.append((time.perf_counter() - self.t0, self.count()))
+
+    def stop(self) -> list[tuple[float, int]]:
+        self._halt()
         return self.samples
 
     def rate(self, start: float, end: float) -> float:
@@ -187,28 +204,18 @@ class NullTarget:
 
 
 
-class Footprint:
+class Footprint(Periodic):
     """Peak resident memory of the driver (this Python process and its JVM) and of the Python workers
     (processes below the JVM), sampled from /proc every ``interval`` seconds on a thread."""
 
     def __init__(self, interval: float = 0.5) -> None:
-        self.interval = interval
+        super().__init__(interval)
         self.driver_mb = 0.0
         self.worker_mb = 0.0  # the largest single Python worker
         self.workers = 0  # the most Python workers alive at once
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._sample()
-            except OSError:  # a process ended between listing and reading
-                pass
-            self._stop.wait(self.interval)
-
-    def _sample(self) -> None:
+    def sample(self) -> None:
         children: dict[int, list[int]] = {}
         names: dict[int, str] = {}
         for entry in Path("/proc").iterdir():
@@ -235,8 +242,7 @@ class Footprint:
         self.workers = max(self.workers, len(workers))
 
     def stop(self) -> Footprint:
-        self._stop.set()
-        self._thread.join()
+        self._halt()
         return self
 
     def describe(self) -> str:
