@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import regional
-from regional.store import Store
 
 REGIONS = [f"r{i:02d}" for i in range(16)]
 FAILING = "r00"
@@ -177,31 +176,12 @@ class Sampler(Periodic):
         return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
 
 
-def healthy_committed(ck: Path) -> int:
-    record = Store(ck).latest_record()
-    return sum(s.committed_offset for r, s in (record.regions.items() if record else ()) if r != FAILING)
-
-
 def wait_until(condition: Callable[[], bool], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
             raise TimeoutError("benchmark query made no progress")
         time.sleep(0.1)
-
-
-
-class NullTarget:
-    def prepare(self, epoch, region, batches):
-        raise AssertionError("not used")
-
-    def commit(self, epoch, handles):
-        pass
-
-    def abort(self, epoch, handles):
-        pass
-
-
 
 
 class Footprint(Periodic):

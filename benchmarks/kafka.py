@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 import pyspark
-from deltalake import DeltaTable
 
 import regional
+from benchmarks.common import delta_rows
 from benchmarks.sections import Run, markers, write_section
 from regional.testing.kafka_broker import KafkaBroker
 
@@ -52,13 +52,6 @@ def produce(broker: KafkaBroker, topic: str, partitions: int, records: int, size
             except BufferError:
                 producer.poll(0.05)
     assert producer.flush(120) == 0
-
-
-def delta_rows(path: Path) -> int:
-    try:
-        return DeltaTable(str(path)).to_pyarrow_dataset().count_rows()
-    except Exception:  # no table: nothing committed
-        return 0
 
 
 def stock(spark, broker: KafkaBroker, topic: str, work: Path, fail: bool = False) -> Run:

@@ -16,13 +16,26 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from benchmarks.common import Footprint, Mode, NullTarget, Row, delta_rows
+from benchmarks.common import Footprint, Mode, Row, delta_rows
 from regional.protocol.epoch import Status, TaskOutcome, commit_epoch, plan_epoch
 from regional.protocol.settings import Settings
 from regional.store import Store
 from regional.targets import load_target
 
 ACTIVE = 10  # regions with data per epoch
+
+
+class NullTarget:
+    """Publishes nothing: the driver's own work, timed without a target's."""
+
+    def prepare(self, epoch, region, batches):
+        raise AssertionError("not used")
+
+    def commit(self, epoch, handles):
+        pass
+
+    def abort(self, epoch, handles):
+        pass
 
 
 def driver_work(work: Path, regions: int, epochs: int = 6) -> dict[str, float]:
@@ -58,7 +71,7 @@ def driver_work(work: Path, regions: int, epochs: int = 6) -> dict[str, float]:
 
 
 def store_sizes(work: Path, mode: Mode) -> list[tuple[int, int]]:
-    store = Store(work / "s4-store")
+    store = Store(work / "store-sizes")
     query_id = store.open_query()
     sizes = []
     regions = [f"region-{i:02d}" for i in range(16)]

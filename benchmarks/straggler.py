@@ -13,7 +13,7 @@ from benchmarks.common import FAILING, REGIONS, Mode, Row, regional_query, stock
 def run(spark, work: Path, mode: Mode) -> list[Row]:
     from pyspark.sql import functions as F
 
-    inp = work / "s4-in"
+    inp = work / "straggler-in"
     for region in REGIONS:
         (inp / region).mkdir(parents=True)
         (inp / region / "00000.txt").write_text("".join(f"{region} {i}\n" for i in range(mode.straggler_rows)))
@@ -43,7 +43,7 @@ def _runs(spark, work: Path, mode: Mode, inp: Path, slow: Callable[[bool], Calla
           per_epoch: int) -> dict[str, list[tuple[list[float], float]]]:
     results: dict[str, list[tuple[list[float], float]]] = {k: [] for k in ("free", "stock", "plain", "timeout")}
     for i in range(mode.repeats):
-        d = work / f"s4-{i}"
+        d = work / f"straggler-{i}"
         runs = {
             "free": lambda d=d: regional_query(spark, inp, d / "free", d / "free-ck", per_epoch,
                                                transform=slow(False)),

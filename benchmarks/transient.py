@@ -20,7 +20,7 @@ def run(spark, work: Path, mode: Mode, inp: Path, rows: int) -> list[Row]:
     per_epoch = mode.rows_per_file * mode.files_per_region // epochs
     reg_extra, stock_extra, reg_failed_share, stock_failed_share, reg_wasted_share = [], [], [], [], []
     for i in range(mode.repeats):
-        d = work / f"s3-{i}"
+        d = work / f"transient-{i}"
         d.mkdir(parents=True)
         timed(lambda d=d: regional_query(spark, inp, d / "reg", d / "reg-ck", per_epoch,
                                      target="python:benchmarks.faults:FailsAfterWork", failShare=str(share),
