@@ -11,6 +11,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from regional.testing.killable import run_killable as _run_killable
+
+ROOT = Path(__file__).resolve().parent.parent
+
 
 def add_file(root: Path, region: str, name: str, values: list[str]) -> None:
     """Append one file to a region's log the way writers must: hidden name, then rename."""
@@ -149,43 +153,8 @@ def assert_exactly_once(table: Path, expected: dict[str, list[tuple[int, str]]],
 
 def run_killable(args: list[str], failpoint: str | None, marker: Path, timeout: float = 240,
                  kill_after: float | None = None) -> str:
-    """Run ``python -m <args>`` in its own process group; SIGKILL the group (driver, JVM, Python workers) when
-    it reaches ``failpoint`` (it writes ``marker``) or after ``kill_after`` seconds. Returns "killed" or
-    "finished" (a child that fails is an assertion error with its output)."""
-    import signal
-    import subprocess
-    import sys
-    import time
-    import uuid
-
-    # A marker of its own: Python workers of an earlier killed run (pyspark's daemon runs them in a process
-    # group of their own; they die a moment later) may still reach a fail-point and write theirs.
-    marker = marker.with_name(f"{marker.name}.{uuid.uuid4().hex}")
-    env = dict(os.environ)
-    env.pop("REGIONAL_FAILPOINT", None)
-    if failpoint:
-        env["REGIONAL_FAILPOINT"] = failpoint
-        env["REGIONAL_FAILPOINT_FILE"] = str(marker)
-    root = Path(__file__).resolve().parent.parent
-    child = subprocess.Popen([sys.executable, "-m", *args], cwd=root, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    started = time.monotonic()
-    try:
-        while time.monotonic() < started + timeout:
-            if (failpoint and marker.exists()) or (kill_after is not None and time.monotonic() > started + kill_after):
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
-                return "killed"
-            if child.poll() is not None:
-                output = child.stdout.read() if child.stdout else ""
-                assert child.returncode == 0, f"child failed:\n{output[-4000:]}"
-                return "finished"
-            time.sleep(0.2)
-        raise AssertionError(f"child neither reached {failpoint} nor finished in {timeout}s")
-    finally:
-        if child.poll() is None:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
+    """``regional.testing.killable.run_killable`` for children of this repository (``integration.*``)."""
+    return _run_killable(args, failpoint, marker, timeout, kill_after, cwd=ROOT)
 
 
 def run_until_error(query: StreamingQuery) -> str:

@@ -58,3 +58,62 @@ def test_sigkill_inside_phase_two_then_restart_publishes_everything_once(tmp_pat
     # query next starts.
     assert run_child(inp, out, ck, b_down, None, marker) == "finished"
     assert orphans(out) == []
+
+
+def test_a_query_whose_checkpoint_another_process_holds_fails_then_runs_once_it_is_gone(spark, dirs):
+    """The fast variant (the campaign runs two real drivers, below): a live process holds the store's driver lock."""
+    import subprocess
+    import sys
+
+    from integration.helpers import error_of, regional_stream, start_to_delta
+
+    inp, out, ck = dirs
+    inputs = add_epoch_of_files(inp, ["a", "b"], "001", 6)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from regional.store import Store; "
+                               "Store(sys.argv[1]).fence(); print('held', flush=True); time.sleep(600)", str(ck)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        error = error_of(lambda: start_to_delta(regional_stream(spark, inp, ck), out, ck))
+        assert f"another driver is running the query of {ck} (process {holder.pid} on" in error, error
+        assert not out.exists()  # nothing planned, nothing published
+    finally:
+        holder.kill()
+        holder.wait()
+    query = start_to_delta(regional_stream(spark, inp, ck), out, ck)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert_exactly_once_in_order(out, expected_rows(inputs))
+
+
+@pytest.mark.campaign
+def test_a_second_driver_on_the_same_checkpoint_is_fenced_out_and_the_first_goes_on(spark, tmp_path):
+    """Two drivers on one checkpoint would both decide and publish the same epochs. The first holds the store's
+    driver lock while it runs; the second fails, saying so, before it plans or runs anything."""
+    import subprocess
+    import sys
+    import time
+
+    from integration.helpers import ROOT, error_of, regional_stream, start_to_delta
+
+    inp, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    inputs = add_epoch_of_files(inp, ["a", "b", "c"], "001", 200)  # 50 epochs at 4 records per region
+    first = subprocess.Popen([sys.executable, "-m", "integration.crash_child", str(inp), str(out), str(ck),
+                              str(tmp_path / "never")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not regional.status(ck).epochs:
+            assert first.poll() is None and time.monotonic() < deadline, first.stdout.read() if first.stdout else ""
+            time.sleep(0.2)
+        error = error_of(lambda: start_to_delta(regional_stream(spark, inp, ck, maxRecordsPerRegion="4"), out, ck))
+        assert "another driver is running the query" in error and "process" in error, error
+        assert first.poll() is None, "the first driver ended before the second was fenced out: nothing was tested"
+        output, _ = first.communicate(timeout=300)
+        assert first.returncode == 0, output[-3000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert_exactly_once_in_order(out, expected_rows(inputs))

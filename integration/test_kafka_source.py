@@ -287,3 +287,16 @@ def test_an_unreachable_broker_is_a_clear_error_in_bounded_time(spark, tmp_path)
     query = start(kafka_stream(spark, nobody, ck, "orders", metadataTimeoutMs="3000"), out, ck)
     error = failure_of(query, timeout=90)
     assert "no answer from kafka.bootstrap.servers=" in error and "metadataTimeoutMs" in error
+
+
+def test_a_restarted_driver_finds_the_partitions_of_the_epoch_it_re_runs(kafka):
+    """A driver killed after Spark logged an epoch's offsets re-runs that epoch when it restarts, and Spark asks
+    for its partitions before it lists the topic: the source must look them up (found by the random kills)."""
+    from regional.inputs.kafka import create, region_of
+
+    topic = new_topic(kafka, 2)
+    source = create({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic})
+    split = source.split(region_of(topic, 1), 0, 10)
+    assert (split.topic, split.partition) == (topic, 1)
+    with pytest.raises(Exception, match="is not a partition this query reads now"):
+        source.split(region_of(topic, 7), 0, 10)

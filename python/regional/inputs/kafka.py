@@ -303,8 +303,11 @@ class KafkaInput:
 
     def split(self, region: str, start: int, end: int) -> PartitionSplit:
         split = self._splits.get(region)
+        if split is None:  # a restarted driver re-runs its last planned epoch before it lists the partitions
+            split = self.partitions().get(region)
         if split is None:
-            raise KafkaError(f"source=kafka: region {region!r} is not a partition this query reads")
+            raise KafkaError(f"source=kafka: region {region!r} is not a partition this query reads now (was its "
+                             "topic deleted, or the subscription changed?)")
         return split
 
     def on_recorded(self, record: EpochRecord) -> None:

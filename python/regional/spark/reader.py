@@ -102,13 +102,18 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
+        self.store.fence()
         latest = self.store.latest_record()
         self.available_now = self.input.available(latest.epoch + 1 if latest else 0)
 
+    # Every call from Spark's driver side takes the driver lock first: a restarted driver re-runs its last
+    # planned epoch (``partitions``) before it plans a new one.
     def initialOffset(self) -> dict[str, Any]:
+        self.store.fence()
         return initial_offset(self.store.open_query(), str(self.store.checkpoint))
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        self.store.fence()
         query_id = self.store.open_query()
         previous = int(start.get("epoch", INITIAL_EPOCH))
         if start.get("query_id") != query_id:
@@ -186,6 +191,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         raise RegionalConfigError(f"the regional source supports ReadAllAvailable and ReadMaxRows, not {limit}")
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        self.store.fence()
         if start == end or end.get("epoch", INITIAL_EPOCH) == INITIAL_EPOCH:
             return []
         plan = EpochPlan.from_offset(end)

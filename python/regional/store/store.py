@@ -19,6 +19,8 @@ Layout (every file in the format of ``store.files``: versioned, checksummed, ato
                            between source and sink allows regional epochs
     failures/<epoch>/<partition>-<attempt>.json
                            written by the JVM shim: why a task attempt failed
+    driver.lock            locked (flock) by the driver running the query, for as long as it runs it; holds
+                           who that is, for the error the next driver gets
 
 Region ids live only inside the JSON, never in a path. Files whose names start
 with ``.`` are temporaries of an interrupted write and are ignored.
@@ -26,8 +28,11 @@ with ``.`` are temporaries of an interrupted write and are ignored.
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
+import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -40,6 +45,11 @@ from regional.store.model import EpochRecord, Intent, QueryPlanCheck, RegionStat
 
 STORE_DIR = "regional"
 T = TypeVar("T")
+# How long a starting driver waits for the lock: the Python process of a query stopped a moment ago in the
+# same session may still be ending. Short: Spark read its offset log before, so a driver that waited for
+# another to end starts from a stale log (Spark then fails it with CONCURRENT_STREAM_LOG_UPDATE).
+FENCE_WAIT_S = 2.0
+_fences: dict[Path, int] = {}  # lock files this process holds, and their descriptors
 
 
 def local_path(location: str) -> Path:
@@ -102,6 +112,36 @@ class Store:
         created = self.query_id()
         assert created is not None
         return created
+
+    # -- one driver at a time -------------------------------------------------------
+
+    def fence(self, wait_s: float = FENCE_WAIT_S) -> None:
+        """Take the query's driver lock, or fail: two drivers on one checkpoint would both decide and publish
+        the same epochs. The lock is released when this process ends, however it ends (SIGKILL included)."""
+        path = self.root / "driver.lock"
+        if path in _fences:
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() < deadline:
+                    time.sleep(0.1)
+                    continue
+                holder = os.pread(fd, 4096, 0).decode("utf-8", "replace")
+                os.close(fd)
+                raise RegionalStoreError(
+                    f"another driver is running the query of {self.checkpoint} ({_describe_holder(holder)}); two "
+                    "drivers on one checkpointLocation would publish the same epochs twice. Stop the other query "
+                    "first, or give this one its own checkpointLocation"
+                ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode(), 0)
+        _fences[path] = fd
 
     # -- epoch records -----------------------------------------------------------
 
@@ -294,6 +334,15 @@ def _read_epoch_file(path: Path, kind: str, epoch: int, parse: Callable[[Any], T
     if epoch_of(value) != epoch:
         raise files.corrupt(path, f"it holds the {kind} of epoch {epoch_of(value)}, not of epoch {epoch}")
     return value
+
+
+def _describe_holder(text: str) -> str:
+    try:
+        holder = json.loads(text)
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder["since"])))
+        return f"process {int(holder['pid'])} on {holder['host']}, since {since}"
+    except (ValueError, KeyError, TypeError):
+        return "its process left no name"
 
 
 def _name(epoch: int) -> str:

@@ -1,0 +1,166 @@
+"""Random kills of the driver: one query per (target, source), SIGKILLed at random moments, checked after
+every kill and at the end.
+
+A series: add input, start the driver, SIGKILL its whole process tree (driver, JVM, Python workers) after a
+random delay, check what landed so far (nothing lost before the last landed record, nothing duplicated,
+nothing out of order), and again; at the end one run without a kill, then everything must have landed exactly
+once, in order per region. Some (epoch, region) pairs fail in the target (``reliability.faults.Flaky``), so
+regions fall back and catch up while the kills land.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from regional.store import Store
+from regional.testing.exactly_once import Landed, Report, check, delta_landed, epoch_files_landed, postgres_landed
+from regional.testing.killable import run_killable
+from reliability.child import Query
+
+ROOT = Path(__file__).resolve().parent.parent
+REGIONS = 6
+RECORDS_PER_TRIAL = 30  # per region: three epochs of work at maxRecordsPerRegion=10
+START_SHARE = 0.2
+START_WINDOW_S = 35.0
+EPOCH_WINDOW_S = 3.0
+
+
+@dataclass
+class Trial:
+    number: int
+    outcome: str  # killed | finished
+    in_start: bool  # the kill was timed from the process start, not from the run's first epoch
+    kill_after_s: float
+    epochs_before: int
+    epochs_after: int
+    intent_pending: bool  # killed between an epoch's decision and its record
+    report: Report
+
+
+@dataclass
+class Series:
+    target: str
+    source: str
+    seed: int
+    trials: list[Trial] = field(default_factory=list)
+    final: Report | None = None
+    seconds: float = 0.0
+
+    @property
+    def kills(self) -> int:
+        return sum(t.outcome == "killed" for t in self.trials)
+
+    def totals(self) -> dict[str, int]:
+        reports = [t.report for t in self.trials] + ([self.final] if self.final else [])
+        return {k: sum(len(getattr(r, k)) for r in reports) for k in ("lost", "duplicated", "out_of_order", "wrong")}
+
+    @property
+    def ok(self) -> bool:
+        return self.final is not None and self.final.ok and all(t.report.ok for t in self.trials)
+
+
+class Feed(Protocol):
+    def add(self, tag: str, per_region: int) -> None: ...
+
+    def expected(self) -> dict[str, list[tuple[int, Any]]]: ...
+
+
+class FilesFeed:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.records: dict[str, list[tuple[int, str]]] = {f"r{i}": [] for i in range(REGIONS)}
+
+    def add(self, tag: str, per_region: int) -> None:
+        staged = []
+        for region, records in self.records.items():
+            directory = self.root / region
+            directory.mkdir(parents=True, exist_ok=True)
+            values = [f"{region}-{tag}-{i}" for i in range(per_region)]
+            (directory / f".{tag}.tmp").write_text("".join(v + "\n" for v in values))
+            staged.append((directory / f".{tag}.tmp", directory / f"{tag}.txt"))
+            first = len(records)
+            records.extend((first + i, v.upper()) for i, v in enumerate(values))
+        for tmp, final in staged:
+            os.replace(tmp, final)
+
+    def expected(self) -> dict[str, list[tuple[int, Any]]]:
+        return self.records
+
+
+class KafkaFeed:
+    def __init__(self, broker: Any, topic: str) -> None:
+        self.broker, self.topic = broker, topic
+        broker.create_topic(topic, REGIONS)
+
+    def add(self, tag: str, per_region: int) -> None:
+        producer = self.broker.producer()
+        for i in range(per_region):
+            for p in range(REGIONS):
+                producer.produce(self.topic, value=f"{tag}-{p}-{i}".encode(), partition=p)
+        assert producer.flush(60) == 0
+
+    def expected(self) -> dict[str, list[tuple[int, Any]]]:
+        return {r: [(o, v.decode().upper()) for o, v in records]
+                for r, records in self.broker.records(self.topic).items()}
+
+
+def run_series(target: str, source: str, trials: int, seed: int, workdir: Path, broker: Any = None,
+               postgres: Any = None, fail_share: float = 0.1, say: Callable[[str], None] = print) -> Series:
+    """``trials`` runs of one query, each killed at a random moment (a run that finishes first is a trial
+    without a kill), then one run to the end. A driver takes 25-35 s to record its first epoch (Spark starts a
+    Python process for each step of a Python data source, one after the other; later epochs take about a
+    second): most kills are timed from the run's first recorded epoch (up to ``EPOCH_WINDOW_S`` later), one in
+    ``START_SHARE`` from the process start (start-up, recovery and the first epoch)."""
+    rng = random.Random(seed)
+    name = f"{target}_{source}_{seed}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    feed: Feed = FilesFeed(workdir / "in") if source == "files" else KafkaFeed(broker, f"kills.{name}")
+    query = Query(source=source, target=target, checkpoint=str(workdir / "ck"),
+                  input=str(workdir / "in") if source == "files" else f"kills.{name}",
+                  out=str(workdir / "out"), bootstrap=broker.bootstrap if broker else "",
+                  url=postgres.url if postgres else "", table=f"kills_{name}", fail_share=fail_share)
+    if target == "postgres":
+        with postgres.connect() as conn:  # no primary key: a row written twice must show, not be refused
+            conn.execute(f'CREATE TABLE {query.table} (region text, "offset" bigint, value text)')
+    landed = _reader(query, postgres)
+    store = Store(query.checkpoint)
+    series = Series(target, source, seed)
+    started = time.monotonic()
+    marker = workdir / "unused-marker"
+    for number in range(trials):
+        feed.add(f"{number:04d}", RECORDS_PER_TRIAL)
+        in_start = rng.random() < START_SHARE
+        delay = rng.uniform(0, START_WINDOW_S if in_start else EPOCH_WINDOW_S)
+        before = len(store.epochs())
+        armed = None if in_start else (lambda: len(store.epochs()) > before)  # noqa: B023 (used at once)
+        outcome = run_killable(query.args(), None, marker, timeout=600, kill_after=delay, cwd=ROOT, armed=armed)
+        epochs = store.epochs()
+        pending = bool(store.read_intent(max(epochs, default=-1) + 1)) if outcome == "killed" else False
+        report = check(feed.expected(), landed(), complete=False)
+        series.trials.append(Trial(number, outcome, in_start, delay, before, len(epochs), pending, report))
+        moment = "from the start" if in_start else "after the run's first recorded epoch"
+        say(f"{name} trial {number}: {outcome} {delay:.1f}s {moment}, epochs {before}->{len(epochs)}"
+            f"{' (inside phase two)' if pending else ''}: {report.summary()}")
+    assert run_killable(query.args(), None, marker, timeout=900, cwd=ROOT) == "finished"
+    series.final = check(feed.expected(), landed())
+    series.seconds = time.monotonic() - started
+    say(f"{name} final: {series.final.summary()}")
+    return series
+
+
+def _reader(query: Query, postgres: Any) -> Callable[[], list[Landed]]:
+    if query.target == "delta":
+        return lambda: delta_landed(query.out) if Path(query.out, "_delta_log").exists() else []
+    if query.target == "python":
+        return lambda: epoch_files_landed(query.out) if Path(query.out).exists() else []
+
+    def read() -> list[Landed]:
+        with postgres.connect() as conn:
+            return postgres_landed(conn, query.table)
+    return read
