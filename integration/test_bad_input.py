@@ -11,7 +11,10 @@ import regional
 from integration.helpers import (
     add_epoch_of_files,
     add_file,
+    assert_exactly_once_in_order,
     error_of,
+    expected_rows,
+    merge,
     regional_stream,
     run_until_error,
     start_to_delta,
@@ -73,13 +76,74 @@ def test_corrupt_store_record_stops_the_query_and_publishes_nothing(spark, dirs)
     query.processAllAvailable()
     query.stop()
     before = table_rows(out)
-    (ck / "regional" / "epochs" / "000000000000.json").write_text('{"version": 1, "epoch": 0, "kind": "glo')
-    add_epoch_of_files(inp, ["a", "b"], "002", 3)
+    record = ck / "regional" / "epochs" / "000000000000.json"
+    backup = record.read_bytes()
+    record.write_text('{"version": 1, "epoch": 0, "kind": "glo')
+    more = add_epoch_of_files(inp, ["a", "b"], "002", 3)
     message = run_until_error(start_to_delta(regional_stream(spark, inp, ck), out, ck))
     assert "000000000000.json is corrupt" in message and "Restore the file from a backup" in message
     assert table_rows(out) == before
     with pytest.raises(regional.RegionalStoreError, match="corrupt"):
         regional.status(ck)
+    # repaired from the backup, the query goes on: nothing lost, nothing twice
+    record.write_bytes(backup)
+    query = start_to_delta(regional_stream(spark, inp, ck), out, ck)
+    query.processAllAvailable()
+    query.stop()
+    assert_exactly_once_in_order(out, expected_rows(merge({"a": ["a-001-0", "a-001-1", "a-001-2"],
+                                                           "b": ["b-001-0", "b-001-1", "b-001-2"]}, more)))
+
+
+def test_empty_files_hold_no_records_and_shift_no_offsets(spark, dirs):
+    inp, out, ck = dirs
+    first = add_epoch_of_files(inp, ["a", "b"], "001", 3)
+    add_file(inp, "a", "002.txt", [])
+    add_file(inp, "c", "001.txt", [])  # a region whose only file is empty
+    last = add_epoch_of_files(inp, ["a", "b"], "003", 2)
+    query = start_to_delta(regional_stream(spark, inp, ck), out, ck)
+    query.processAllAvailable()
+    query.stop()
+    assert_exactly_once_in_order(out, expected_rows(merge(first, last)))
+
+
+def test_a_file_that_changes_after_it_was_counted_fails_the_query_naming_it(spark, dirs):
+    """A file written under its final name (or appended to) while the query runs: its lines' offsets would
+    move under records already published."""
+    inp, out, ck = dirs
+    inputs = add_epoch_of_files(inp, ["a", "b"], "001", 3)
+    query = start_to_delta(regional_stream(spark, inp, ck), out, ck)
+    try:
+        query.processAllAvailable()
+        with open(inp / "a" / "001.txt", "a") as f:
+            f.write("late-1\nlate-2\n")
+        add_epoch_of_files(inp, ["b"], "002", 1)  # new work, so the source lists again
+        message = run_until_error(query)
+    finally:
+        query.stop()
+    assert "file '001.txt' of region 'a' changed after its lines were counted" in message, message[-2000:]
+    assert "rename it when it is complete" in message
+    assert_exactly_once_in_order(out, expected_rows(inputs))  # nothing of the changed file read twice or shifted
+
+
+def test_the_store_deleted_mid_run_stops_the_query_clearly_and_publishes_nothing_twice(spark, dirs):
+    import shutil
+
+    inp, out, ck = dirs
+    inputs = add_epoch_of_files(inp, ["a", "b"], "001", 3)
+    query = start_to_delta(regional_stream(spark, inp, ck), out, ck)
+    try:
+        query.processAllAvailable()
+        shutil.rmtree(ck / "regional")
+        add_epoch_of_files(inp, ["a", "b"], "002", 3)
+        message = run_until_error(query)
+    finally:
+        query.stop()
+    assert "the store was removed or replaced" in message or "was damaged" in message, message[-2000:]
+    assert_exactly_once_in_order(out, expected_rows(inputs))
+    # and a restart on the same checkpoint refuses too, rather than reading everything again
+    message = error_of(lambda: start_to_delta(regional_stream(spark, inp, ck), out, ck))
+    assert "the store was removed or replaced" in message or "was damaged" in message, message[-2000:]
+    assert_exactly_once_in_order(out, expected_rows(inputs))
 
 
 def test_source_and_sink_on_different_stores_fail_before_any_data_moves(spark, dirs, tmp_path):

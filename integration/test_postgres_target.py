@@ -7,7 +7,6 @@ region's rows in the table exactly the prefix of its input that the regional sto
 
 from __future__ import annotations
 
-import random
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -119,9 +118,10 @@ def test_regions_the_database_rejects_fall_back_while_the_others_publish_then_ca
     assert regional.status(ck).regions["c"].state == "ok"
 
 
-# CI kills in a task after its PREPARE and between two COMMIT PREPARED (what only PostgreSQL leaves behind:
-# prepared transactions); the campaign (REGIONAL_CAMPAIGN=1) kills at all four steps.
-@pytest.mark.parametrize("steps", [("staged", "between_commits"),
+# CI kills between two COMMIT PREPARED (what only PostgreSQL leaves behind: prepared transactions; a kill in a
+# task after its PREPARE is test_a_python_worker_killed_...); the campaign (REGIONAL_CAMPAIGN=1) kills at all
+# four steps, and reliability.run kills at random moments.
+@pytest.mark.parametrize("steps", [("between_commits",),
                                    pytest.param(("staged", "before_publish", "between_commits", "before_record"),
                                                 marks=pytest.mark.campaign)])
 def test_sigkill_of_the_driver_at_each_step_of_phase_two_then_a_restart(postgres, tmp_path, steps):
@@ -145,23 +145,6 @@ def test_sigkill_of_the_driver_at_each_step_of_phase_two_then_a_restart(postgres
     assert run_killable(args, None, marker) == "finished"
     assert_landed(postgres, table, expected_rows(inputs), ck)
     assert [e.epoch for e in regional.status(ck).epochs] == list(range(len(regional.status(ck).epochs)))
-
-
-@pytest.mark.campaign
-def test_sigkill_of_the_driver_at_random_moments(postgres, tmp_path):
-    seed = random.randrange(1 << 30)
-    rng = random.Random(seed)
-    inp, ck, marker = tmp_path / "in", tmp_path / "ck", tmp_path / "unused"
-    inputs = add_epoch_of_files(inp, [f"r{i}" for i in range(6)], "001", 120)  # 18 epochs: time to be killed
-    args = ["integration.postgres_child", str(inp), str(ck), postgres.url, "random_kills"]
-    kills = 0
-    for _ in range(2):
-        if run_killable(args, None, marker, kill_after=rng.uniform(8, 16)) == "finished":
-            break
-        kills += 1
-    assert run_killable(args, None, marker) == "finished", f"seed {seed}"
-    assert_landed(postgres, "random_kills", expected_rows(inputs), ck)
-    assert kills >= 1, f"seed {seed}: the query finished before any kill; the test proved nothing"
 
 
 def test_a_python_worker_killed_mid_copy_and_after_prepare_leaves_no_prepared_transaction(spark, postgres, dirs):

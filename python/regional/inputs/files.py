@@ -2,7 +2,12 @@
 
 Files are read in file-name order; a visible file never changes (writers create it under a name
 starting with ``.`` or ``_`` and rename it). A line is a record; its offset is its index in the
-region, from 0, across files. Columns: ``region, offset, value``.
+region, from 0, across files; an empty file holds none. Columns: ``region, offset, value``.
+
+A file that changes size after the source counted its lines (still being written under its final name, or
+appended to) fails the query, naming the file: its lines' offsets would no longer be the ones already
+published. The check holds within one run of the query; a file changed while the query is stopped is not
+noticed.
 """
 
 from __future__ import annotations
@@ -53,7 +58,7 @@ class FilesInput:
         if not path:
             raise RegionalConfigError("source=files needs the input directory: add .option('path', '/data/in')")
         self.root = Path(os.path.abspath(path))
-        self._line_counts: dict[tuple[str, str], int] = {}  # (region, file) -> lines; files never change
+        self._line_counts: dict[tuple[str, str], tuple[int, int]] = {}  # (region, file) -> (bytes, lines)
 
     def regions(self) -> list[str]:
         if not self.root.is_dir():
@@ -80,16 +85,23 @@ class FilesInput:
         return sorted(found)
 
     def spans(self, region: str) -> list[FileSpan]:
-        directory = self.root / region
-        names = sorted(n for n in os.listdir(directory) if not _hidden(n) and (directory / n).is_file())
+        with os.scandir(self.root / region) as entries:
+            found = sorted((e.name, e.stat().st_size) for e in entries if not _hidden(e.name) and e.is_file())
         spans, offset = [], 0
-        for name in names:
+        for name, size in found:
             key = (region, name)
-            if key not in self._line_counts:
-                self._line_counts[key] = _count_lines((directory / name).read_bytes())
-            lines = self._line_counts[key]
-            spans.append(FileSpan(name, offset, lines))
-            offset += lines
+            known = self._line_counts.get(key)
+            if known is None:
+                data = (self.root / region / name).read_bytes()
+                known = self._line_counts[key] = (len(data), _count_lines(data))
+            elif known[0] != size:
+                raise RegionalConfigError(
+                    f"source=files: file {name!r} of region {region!r} changed after its lines were counted "
+                    f"({known[0]} bytes then, {size} now): a visible file must never change. Write each file "
+                    "under a name starting with '.' or '_' and rename it when it is complete; then restart the "
+                    "query (records of the changed file may have to be checked by hand)")
+            spans.append(FileSpan(name, offset, known[1]))
+            offset += known[1]
         return spans
 
     def ends(self) -> None:
