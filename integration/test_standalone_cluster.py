@@ -1,0 +1,87 @@
+"""Regional queries on a real Spark standalone cluster on 127.0.0.1 (a master and two workers from pyspark's
+``bin/spark-class``): an executor SIGKILLed mid-epoch, and a worker lost for good. Spark re-runs the lost
+tasks elsewhere; every record lands exactly once, in order, and the regions keep publishing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import regional
+from integration.helpers import ROOT, add_epoch_of_files, assert_exactly_once_in_order, expected_rows
+from regional.testing.spark_cluster import StandaloneCluster
+
+REGIONS = [f"r{i}" for i in range(4)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = StandaloneCluster(tmp_path_factory.mktemp("cluster"), workers=2).start()
+    yield c
+    c.stop()
+
+
+def epochs(ck: Path) -> int:
+    return len(regional.status(ck).epochs) if (ck / "regional" / "epochs").exists() else 0
+
+
+def run_with_faults(cluster: StandaloneCluster, tmp_path: Path, records: int,
+                    faults: list[tuple[int, Callable[[], None]]]) -> list[int]:
+    """The child driver runs the query to its end while each fault strikes once the store holds that many
+    epochs; returns the epoch count at each fault."""
+    inp, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    inputs = add_epoch_of_files(inp, REGIONS, "001", records)
+    child = subprocess.Popen([sys.executable, "-m", "integration.cluster_child", cluster.url, str(inp), str(out),
+                              str(ck), "20"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    struck = []
+    try:
+        for at, fault in faults:
+            deadline = time.monotonic() + 300
+            while epochs(ck) < at:
+                assert child.poll() is None, f"the query ended before the fault:\n{child.stdout.read()[-3000:]}"
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            struck.append(epochs(ck))
+            fault()
+        output, _ = child.communicate(timeout=600)
+        assert child.returncode == 0, output[-4000:]
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert_exactly_once_in_order(out, expected_rows(inputs))
+    store = regional.status(ck)
+    assert all(store.regions[r].committed_offset == records for r in REGIONS)
+    assert len(store.epochs) > struck[-1], "no epoch was recorded after the last fault"
+    return struck
+
+
+def kill_an_executor(cluster: StandaloneCluster) -> Callable[[], None]:
+    def fault() -> None:
+        before = cluster.executor_pids()
+        assert before, "no executor is running"
+        cluster.kill_executor(before[0])
+        deadline = time.monotonic() + 60  # the worker starts a new executor for the app
+        while before[0] in cluster.executor_pids() or len(cluster.executor_pids()) < len(before):
+            assert time.monotonic() < deadline, "the killed executor was not replaced"
+            time.sleep(0.2)
+    return fault
+
+
+def test_an_executor_killed_mid_epoch_loses_and_doubles_nothing(cluster, tmp_path):
+    run_with_faults(cluster, tmp_path, 20, [(2, kill_an_executor(cluster))])
+
+
+@pytest.mark.campaign
+def test_executors_killed_again_and_again_then_a_worker_lost_for_good(cluster, tmp_path):
+    faults = [(2, kill_an_executor(cluster)), (5, kill_an_executor(cluster)), (8, kill_an_executor(cluster)),
+              (11, lambda: cluster.kill_worker(1))]
+    try:
+        run_with_faults(cluster, tmp_path, 100, faults)
+    finally:
+        if len(cluster.alive_workers()) < cluster.count:  # later tests get both workers again
+            cluster.add_worker(len(cluster.workers))

@@ -1,0 +1,119 @@
+"""A Spark standalone cluster on 127.0.0.1 for tests: a master and workers started with pyspark's own
+``bin/spark-class`` (pip's pyspark has no start-master.sh), each worker running executors for the apps that
+connect; executors and whole workers can be SIGKILLed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from regional.testing.kafka_broker import free_port
+
+START_TIMEOUT_S = 90.0
+
+
+def spark_home() -> Path:
+    import pyspark
+
+    return Path(pyspark.__file__).parent
+
+
+class StandaloneCluster:
+    def __init__(self, workdir: Path, workers: int = 2, cores: int = 1, memory: str = "1g") -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port, self.ui_port = free_port(), free_port()
+        self.url = f"spark://127.0.0.1:{self.port}"
+        self.count, self.cores, self.memory = workers, cores, memory
+        self.master: subprocess.Popen[bytes] | None = None
+        self.workers: list[subprocess.Popen[bytes]] = []
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
+                "SPARK_LOG_DIR": str(self.workdir / "logs"), "SPARK_WORKER_DIR": str(self.workdir / "work")}
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.workdir / f"{name}.log", "wb")
+        return subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args], env=self._env(), stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def start(self) -> StandaloneCluster:
+        self.master = self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                  "--port", str(self.port), "--webui-port", str(self.ui_port))
+        self._wait(lambda: self.state() is not None, "the master to start")
+        for i in range(self.count):
+            self.add_worker(i)
+        self._wait(lambda: len(self.alive_workers()) == self.count, f"{self.count} workers to register")
+        return self
+
+    def add_worker(self, i: int) -> None:
+        self.workers.append(self._spawn(
+            f"worker-{i}", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
+            "--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(free_port()),
+            "--work-dir", str(self.workdir / f"work-{i}")))
+
+    def state(self) -> dict | None:
+        """The master's JSON status page, or None while it does not answer."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as reply:
+                return json.load(reply)
+        except OSError:
+            return None
+
+    def alive_workers(self) -> list[dict]:
+        state = self.state() or {}
+        return [w for w in state.get("workers", []) if w.get("state") == "ALIVE"]
+
+    def executor_pids(self, worker: int | None = None) -> list[int]:
+        """Executor JVMs (CoarseGrainedExecutorBackend) run by our workers (all, or worker ``worker``'s)."""
+        parents = {p.pid for i, p in enumerate(self.workers) if worker is None or i == worker}
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if b"CoarseGrainedExecutorBackend" in cmdline and ppid in parents:
+                pids.append(int(entry.name))
+        return pids
+
+    def kill_executor(self, pid: int) -> None:
+        os.kill(pid, signal.SIGKILL)
+
+    def kill_worker(self, i: int) -> None:
+        """The worker lost for good: its JVM and its executors, SIGKILLed."""
+        executors = self.executor_pids(i)
+        os.killpg(self.workers[i].pid, signal.SIGKILL)
+        for pid in executors:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.workers[i].wait()
+
+    def stop(self) -> None:
+        for process in [*self.workers, self.master]:
+            if process is not None and process.poll() is None:
+                for pid in self.executor_pids():
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+    @staticmethod
+    def _wait(check, what: str) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not check():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out waiting for {what}")
+            time.sleep(0.5)
