@@ -191,3 +191,20 @@ def test_register_on_a_session_without_the_shim_says_in_one_line_what_is_off_and
     assert ".config('spark.jars'" in logged[0] and "regional.local_spark()" in logged[0]
     assert "offset-log keep-alive of referenced epochs" in logged[0]
     assert "STATE: ShimState(loaded=False" in result.stdout
+
+
+@pytest.mark.campaign
+def test_a_100_mb_line_is_one_record(spark, dirs):
+    """A record as large as a whole file: read, published and checked like any other (about a minute)."""
+    inp, out, ck = dirs
+    big = "x" * (100 * 2**20)
+    add_file(inp, "a", "001.txt", ["a-first", big, "a-last"])
+    inputs = add_epoch_of_files(inp, ["b"], "001", 3)
+    query = start_to_delta(regional_stream(spark, inp, ck), out, ck)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    rows = {(r, o): v for r, o, v in table_rows(out)}
+    assert len(rows) == 6 and rows[("a", 1)] == big.upper() and rows[("a", 2)] == "A-LAST"
+    assert [rows[("b", i)] for i in range(3)] == [v.upper() for v in inputs["b"]]
