@@ -11,6 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from regional.testing.exactly_once import check, delta_landed
 from regional.testing.killable import run_killable as _run_killable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,33 +123,13 @@ def assert_exactly_once_in_order(table: Path, expected: dict[str, list[str]], sp
 
 
 def assert_exactly_once(table: Path, expected: dict[str, list[tuple[int, str]]], spark: SparkSession | None = None):
-    """Every expected record ``(offset, value)`` is in the table exactly once, with its offset; and at every
-    table version, each region's offsets are a prefix of its expected offsets, in order (nothing past a gap
-    was published). Offsets need not be contiguous (Kafka's are not)."""
-    rows = table_rows(table)
-    seen: dict[tuple[str, int], int] = defaultdict(int)
-    for region, offset, _ in rows:
-        seen[(region, offset)] += 1
-    duplicates = {k: n for k, n in seen.items() if n > 1}
-    assert not duplicates, f"published more than once: {sorted(duplicates)[:10]}"
-    got = {(r, o): v for r, o, v in rows}
-    want = {(r, o): v for r, records in expected.items() for o, v in records}
-    missing = sorted(set(want) - set(got))
-    extra = sorted(set(got) - set(want))
-    assert not missing and not extra, f"missing {missing[:10]} extra {extra[:10]}"
-    wrong = [(k, got[k], want[k]) for k in want if got[k] != want[k]]
-    assert not wrong, f"wrong values: {wrong[:10]}"
-    order = {r: [o for o, _ in records] for r, records in expected.items()}
-    for version in range(DeltaTable(str(table)).version() + 1):
-        per_region: dict[str, list[int]] = defaultdict(list)
-        for region, offset, _ in table_rows(table, version):
-            per_region[region].append(offset)
-        for region, offsets in per_region.items():
-            assert sorted(offsets) == order[region][:len(offsets)], (
-                f"version {version}: region {region} has a gap: {sorted(offsets)[:20]}")
-    if spark is not None:  # and delta-spark reads the same table
+    """Every expected record ``(offset, value)`` is in the table exactly once, with its offset and value, and
+    each region's records were published in input order (``regional.testing.exactly_once``: nothing past a
+    gap). Offsets need not be contiguous (Kafka's are not). With ``spark``, delta-spark reads the same rows."""
+    check(expected, delta_landed(table)).assert_ok()
+    if spark is not None:
         spark_rows = spark.read.format("delta").load(str(table)).select("region", "offset", "value").collect()
-        assert sorted(tuple(r) for r in spark_rows) == sorted(rows)
+        assert sorted(tuple(r) for r in spark_rows) == sorted(table_rows(table))
 
 
 def run_killable(args: list[str], failpoint: str | None, marker: Path, timeout: float = 240,

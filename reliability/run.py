@@ -1,11 +1,16 @@
-"""The reliability campaign, one command; writes RELIABILITY.md (or ``--report``) from the run.
+"""The reliability campaign, one command; writes its sections of RELIABILITY.md (or ``--report``).
 
-    .venv/bin/python -m reliability.run                    # 50 random-kill trials per target
-    .venv/bin/python -m reliability.run --trials 4         # a short run
+    .venv/bin/python -m reliability.run                       # everything: about 90 minutes on 2 cores
+    .venv/bin/python -m reliability.run --only kills --trials 4   # a short run of the random kills
 
-Each target (delta, the python committer ``regional.testing.committer.EpochFilesTarget``, postgres) gets
-``--trials`` trials, half reading the files source and half a Kafka topic (``reliability.random_kills``). It
-starts its own Kafka broker and PostgreSQL server on loopback addresses and stops them at the end.
+Two parts:
+
+- ``kills``: each target (delta, the python committer ``regional.testing.committer.EpochFilesTarget``,
+  postgres) gets ``--trials`` random driver kills, half reading the files source and half a Kafka topic
+  (``reliability.random_kills``); it starts its own Kafka broker and PostgreSQL server on loopback addresses.
+- ``checks``: the campaign's pytest modules with ``REGIONAL_CAMPAIGN=1`` (the standalone cluster with executor
+  and worker loss, store fuzzing, bad input, two drivers on one checkpoint, every kill point of the crash tests),
+  each test's outcome and time in the report.
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ import os
 import platform
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -27,34 +34,65 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
 os.environ["PYSPARK_PYTHON"] = sys.executable  # Python workers run this interpreter
 
-from reliability.random_kills import Series, run_series  # noqa: E402
+from benchmarks.sections import markers, write_section  # noqa: E402
+
+from reliability.random_kills import EPOCH_WINDOW_S, START_SHARE, START_WINDOW_S, Series, run_series  # noqa: E402
 
 TARGETS = ("delta", "python", "postgres")
 SOURCES = ("files", "kafka")
+CHECKS = ["integration/test_standalone_cluster.py", "tests/test_store_fuzz.py", "integration/test_bad_input.py",
+          "integration/test_crash_safety.py", "integration/test_postgres_target.py::"
+          "test_sigkill_of_the_driver_at_each_step_of_phase_two_then_a_restart",
+          "integration/test_dead_letters.py::"
+          "test_sigkill_of_the_driver_while_it_dead_letters_then_restart_lands_every_record_once",
+          "integration/test_random_kills.py"]
+HEADER = """# Reliability
+
+What the reliability campaign (`python -m reliability.run`, see the README) measured: random kills of the
+driver against each target and source, checked record by record by `regional.testing.exactly_once`, and the
+campaign's tests (a Spark standalone cluster losing executors and a worker, store fuzzing, bad input, two
+drivers on one checkpoint). Each section says the command and the run that wrote it.
+"""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="kills,checks", help="kills, checks or both")
     parser.add_argument("--trials", type=int, default=50, help="random-kill trials per target (split across sources)")
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--parallel", type=int, default=3, help="targets run at once")
+    parser.add_argument("--parallel", type=int, default=3, help="targets whose kills run at once")
     parser.add_argument("--report", type=Path, default=ROOT / "RELIABILITY.md")
     parser.add_argument("--work", type=Path, default=None, help="work directory (default: a temporary one)")
     args = parser.parse_args()
+    command = ("python -m reliability.run " + " ".join(sys.argv[1:])).strip()
+    work = args.work or Path(tempfile.mkdtemp(prefix="regional-reliability-"))
+    work.mkdir(parents=True, exist_ok=True)
+    if not args.report.exists():
+        args.report.write_text(HEADER)
+    ok = True
+    if "kills" in args.only:
+        ok &= kills(args, command, work)
+    if "checks" in args.only:
+        ok &= checks(args.report, command, work)
+    if ok:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print(f"FAILED: work directory kept in {work}", flush=True)
+        sys.exit(1)
+
+
+def kills(args: argparse.Namespace, command: str, work: Path) -> bool:
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     targets = [t for t in args.targets.split(",") if t]
-    work = args.work or Path(tempfile.mkdtemp(prefix="regional-reliability-"))
     started = time.monotonic()
-    log = work / "campaign.log"
-
     lock = threading.Lock()
 
     def say(line: str) -> None:
         line = f"{time.strftime('%H:%M:%S')} {line}"
         with lock:
             print(line, flush=True)
-            with open(log, "a") as f:
+            with open(work / "campaign.log", "a") as f:
                 f.write(line + "\n")
 
     from regional.testing.kafka_broker import KafkaBroker
@@ -73,8 +111,8 @@ def main() -> None:
 
     series: list[Series] = []
     try:
-        # The targets in parallel: a trial is mostly a driver starting (processes spawned one after another),
-        # so two or three at once use the cores better than one.
+        # The targets side by side: a trial is mostly a driver starting (processes spawned one after another),
+        # so three at once use two cores better than one.
         with ThreadPoolExecutor(max_workers=args.parallel) as pool:
             for done in pool.map(one_target, range(len(targets)), targets):
                 series.extend(done)
@@ -82,40 +120,33 @@ def main() -> None:
         broker.stop()
         if postgres is not None:
             postgres.remove()
-    command = "python -m reliability.run " + " ".join(sys.argv[1:])
-    write_report(args.report, series, command.strip(), seed, time.monotonic() - started)
-    say(f"wrote {args.report}")
-    if all(s.ok for s in series):
-        shutil.rmtree(work, ignore_errors=True)
-    else:
-        say(f"FAILED: work directory kept in {work}")
-        sys.exit(1)
+    write_section(args.report, "kills", kills_section(series, command, seed, time.monotonic() - started))
+    return all(s.ok for s in series)
 
 
-def write_report(path: Path, series: list[Series], command: str, seed: int, elapsed: float) -> None:
+def kills_section(series: list[Series], command: str, seed: int, elapsed: float) -> str:
     import pyspark
 
     import regional
 
+    begin, end = markers("kills")
     lines = [
-        "# Reliability",
+        begin,
+        "## Random kills of the driver",
         "",
         f"Written by `{command}` on {datetime.date.today().isoformat()} (seed {seed}, {elapsed / 60:.0f} min, "
-        "the targets' series running side by side): "
-        f"{os.cpu_count()} cores, Python {platform.python_version()}, pyspark {pyspark.__version__}, "
-        f"regional {regional.__version__}.",
-        "",
-        "## Random kills of the driver",
+        f"the targets' series side by side): {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"pyspark {pyspark.__version__}, regional {regional.__version__}.",
         "",
         "Each row is one query, SIGKILLed (driver, JVM and Python workers: the whole process group) at random "
         "moments, restarted on the same checkpoint each time with more input, then run to the end. 6 regions, "
         "30 new records per region before each trial, `maxRecordsPerRegion=10`, 10% of (epoch, region) pairs "
-        "fail in the target (they fall back and catch up). Most kills fall up to 3 s after the run recorded "
-        "its first epoch (a driver takes 25-35 s to get there, later epochs about a second), one in five up to "
-        "35 s after the process started (start-up, recovery and the first epoch). After every "
-        "kill the checker (`regional.testing.exactly_once`) compares the target with the input record by "
-        "record (nothing lost before the last landed record of a region, nothing twice, nothing out of order); "
-        "after the last run, everything must have landed.",
+        f"fail in the target (they fall back and catch up). Most kills fall up to {EPOCH_WINDOW_S:.0f} s after "
+        "the run recorded its first epoch (a driver takes 25-35 s to get there, later epochs about a second), "
+        f"a share of {START_SHARE:.0%} up to {START_WINDOW_S:.0f} s after the process started (start-up, "
+        "recovery and the first epoch). After every kill the checker compares the target with the input "
+        "record by record (nothing lost before the last landed record of a region, nothing twice, nothing out "
+        "of order, no wrong value); after the last run, everything must have landed.",
         "",
         "| target | source | trials | kills | kills inside phase two | epochs | records | lost | duplicated "
         "| out of order | wrong | minutes |",
@@ -128,9 +159,31 @@ def write_report(path: Path, series: list[Series], command: str, seed: int, elap
         lines.append(f"| {s.target} | {s.source} | {len(s.trials)} | {s.kills} | "
                      f"{sum(t.intent_pending for t in s.trials)} | {epochs} | {records} | {totals['lost']} | "
                      f"{totals['duplicated']} | {totals['out_of_order']} | {totals['wrong']} | {s.seconds / 60:.1f} |")
-    lines += ["", "Kills inside phase two: the kill left an intent (the epoch's decision) without its record; "
-              "the restart finished the epoch as decided.", ""]
-    path.write_text("\n".join(lines) + "\n")
+    lines += ["", "Epochs: recorded before the last run. Kills inside phase two: the kill left an intent (the "
+              "epoch's decision) without its record; the restart finished the epoch as decided.", end]
+    return "\n".join(lines)
+
+
+def checks(report: Path, command: str, work: Path) -> bool:
+    junit = work / "checks.xml"
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
+                             *CHECKS], cwd=ROOT, env={**os.environ, "REGIONAL_CAMPAIGN": "1"})
+    begin, end = markers("checks")
+    modules = ", ".join(f"`{c.split('::')[0]}`" for c in CHECKS)
+    lines = [begin, "## The campaign's tests", "",
+             f"Written by `{command}` on {datetime.date.today().isoformat()} ({(time.monotonic() - started) / 60:.0f} "
+             f"min): `REGIONAL_CAMPAIGN=1 pytest` on {modules} "
+             "(some of them only their crash tests).", "",
+             "| test | outcome | seconds |", "|---|---|---|"]
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        outcome = "failed" if case.find("failure") is not None or case.find("error") is not None else \
+            "skipped" if case.find("skipped") is not None else "passed"
+        name = f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}"
+        lines.append(f"| `{name}` | {outcome} | {float(case.get('time', 0)):.0f} |")
+    lines.append(end)
+    write_section(report, "checks", "\n".join(lines))
+    return result.returncode == 0
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 Key = tuple[str, int]  # (region, offset)
 
@@ -106,7 +107,8 @@ def check(expected: Mapping[str, Sequence[tuple[int, Any]]], landed: Iterable[La
 
 
 def delta_landed(table: str | Path, columns: Sequence[str] = ("region", "offset", "value")) -> list[Landed]:
-    """A Delta table's rows, each with the version whose commit added its file (read from ``_delta_log``)."""
+    """A Delta table's rows, each with the version whose commit added its file, read from the JSON commits in
+    ``_delta_log`` (a table whose old commits were cleaned up cannot be checked this way)."""
     import pyarrow.parquet as pq
 
     table = Path(table)
@@ -125,7 +127,7 @@ def delta_landed(table: str | Path, columns: Sequence[str] = ("region", "offset"
     for version, path in added:
         if path in removed:
             continue
-        data = pq.read_table(table / _unquote(path), columns=list(columns))
+        data = pq.read_table(table / unquote(path), columns=list(columns))
         region, offset, value = (data.column(c).to_pylist() for c in columns)
         rows.extend(Landed(r, o, v, version) for r, o, v in zip(region, offset, value, strict=True))
     return rows
@@ -152,9 +154,3 @@ def epoch_files_landed(directory: str | Path) -> list[Landed]:
             row = json.loads(line)
             rows.append(Landed(row["region"], int(row["offset"]), row["value"], epoch))
     return rows
-
-
-def _unquote(path: str) -> str:
-    from urllib.parse import unquote
-
-    return unquote(path)
