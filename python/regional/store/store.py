@@ -49,6 +49,7 @@ T = TypeVar("T")
 # same session may still be ending. Short: Spark read its offset log before, so a driver that waited for
 # another to end starts from a stale log (Spark then fails it with CONCURRENT_STREAM_LOG_UPDATE).
 FENCE_WAIT_S = 2.0
+SAME_DRIVER_WAIT_S = 60.0
 _fences: dict[Path, int] = {}  # lock files this process holds, and their descriptors
 
 
@@ -117,22 +118,27 @@ class Store:
 
     def fence(self, wait_s: float = FENCE_WAIT_S) -> None:
         """Take the query's driver lock, or fail: two drivers on one checkpoint would both decide and publish
-        the same epochs. The lock is released when this process ends, however it ends (SIGKILL included)."""
+        the same epochs. The lock is released when this process ends, however it ends (SIGKILL included).
+
+        The source's Python process takes it; its parent is the driver's JVM. A holder with the same parent is
+        the same driver's previous run of the query, still ending (Spark refuses two active runs of one query in
+        one session): that one is waited for, up to ``SAME_DRIVER_WAIT_S``."""
         path = self.root / "driver.lock"
         if path in _fences:
             return
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.monotonic() + wait_s
+        started = time.monotonic()
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if time.monotonic() < deadline:
+                holder = _holder(os.pread(fd, 4096, 0))
+                same_driver = holder.get("parent") == os.getppid() and holder.get("host") == socket.gethostname()
+                if time.monotonic() < started + (SAME_DRIVER_WAIT_S if same_driver else wait_s):
                     time.sleep(0.1)
                     continue
-                holder = os.pread(fd, 4096, 0).decode("utf-8", "replace")
                 os.close(fd)
                 raise RegionalStoreError(
                     f"another driver is running the query of {self.checkpoint} ({_describe_holder(holder)}); two "
@@ -140,7 +146,8 @@ class Store:
                     "first, or give this one its own checkpointLocation"
                 ) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}).encode(), 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "parent": os.getppid(), "host": socket.gethostname(),
+                                  "since": time.time()}).encode(), 0)
         _fences[path] = fd
 
     # -- epoch records -----------------------------------------------------------
@@ -336,9 +343,16 @@ def _read_epoch_file(path: Path, kind: str, epoch: int, parse: Callable[[Any], T
     return value
 
 
-def _describe_holder(text: str) -> str:
+def _holder(raw: bytes) -> dict[str, Any]:
     try:
-        holder = json.loads(text)
+        holder = json.loads(raw.decode("utf-8", "replace"))
+    except ValueError:
+        return {}
+    return holder if isinstance(holder, dict) else {}
+
+
+def _describe_holder(holder: dict[str, Any]) -> str:
+    try:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder["since"])))
         return f"process {int(holder['pid'])} on {holder['host']}, since {since}"
     except (ValueError, KeyError, TypeError):
