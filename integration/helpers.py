@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from deltalake import DeltaTable
@@ -136,6 +140,40 @@ def run_killable(args: list[str], failpoint: str | None, marker: Path, timeout: 
                  kill_after: float | None = None) -> str:
     """``regional.testing.killable.run_killable`` for children of this repository (``integration.*``)."""
     return _run_killable(args, failpoint, marker, timeout, kill_after, cwd=ROOT)
+
+
+@contextmanager
+def child_driver(args: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """``python -m <args>`` (a driver of its own) running beside the test; leaving the block waits for it to
+    finish, and it must succeed."""
+    child = subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    try:
+        yield child
+        output, _ = child.communicate(timeout=600)
+        assert child.returncode == 0, output[-4000:]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def wait_for_child_epochs(child: subprocess.Popen[str], ck: Path, epochs: int, timeout: float = 300) -> int:
+    """Wait until the child's store has recorded ``epochs`` epochs (the child must still run); how many it has."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while (recorded := _recorded(ck)) < epochs:
+        assert child.poll() is None, f"the child ended early:\n{child.stdout.read()[-3000:] if child.stdout else ''}"
+        assert time.monotonic() < deadline, f"only {recorded} epochs in {timeout}s"
+        time.sleep(0.1)
+    return recorded
+
+
+def _recorded(ck: Path) -> int:
+    import regional
+
+    return len(regional.status(ck).epochs) if (ck / "regional" / "epochs").exists() else 0
 
 
 def run_until_error(query: StreamingQuery) -> str:

@@ -92,28 +92,13 @@ def test_a_query_whose_checkpoint_another_process_holds_fails_then_runs_once_it_
 def test_a_second_driver_on_the_same_checkpoint_is_fenced_out_and_the_first_goes_on(spark, tmp_path):
     """Two drivers on one checkpoint would both decide and publish the same epochs. The first holds the store's
     driver lock while it runs; the second fails, saying so, before it plans or runs anything."""
-    import subprocess
-    import sys
-    import time
-
-    from integration.helpers import ROOT, error_of, regional_stream, start_to_delta
+    from integration.helpers import child_driver, error_of, regional_stream, start_to_delta, wait_for_child_epochs
 
     inp, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
     inputs = add_epoch_of_files(inp, ["a", "b", "c"], "001", 200)  # 50 epochs at 4 records per region
-    first = subprocess.Popen([sys.executable, "-m", "integration.crash_child", str(inp), str(out), str(ck),
-                              str(tmp_path / "never")], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
-    try:
-        deadline = time.monotonic() + 180
-        while not regional.status(ck).epochs:
-            assert first.poll() is None and time.monotonic() < deadline, first.stdout.read() if first.stdout else ""
-            time.sleep(0.2)
+    with child_driver(["integration.crash_child", str(inp), str(out), str(ck), str(tmp_path / "never")]) as first:
+        wait_for_child_epochs(first, ck, 1)
         error = error_of(lambda: start_to_delta(regional_stream(spark, inp, ck, maxRecordsPerRegion="4"), out, ck))
         assert "another driver is running the query" in error and "process" in error, error
         assert first.poll() is None, "the first driver ended before the second was fenced out: nothing was tested"
-        output, _ = first.communicate(timeout=300)
-        assert first.returncode == 0, output[-3000:]
-    finally:
-        if first.poll() is None:
-            first.kill()
     assert_exactly_once_in_order(out, expected_rows(inputs))

@@ -4,8 +4,6 @@ tasks elsewhere; every record lands exactly once, in order, and the regions keep
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +11,13 @@ from pathlib import Path
 import pytest
 
 import regional
-from integration.helpers import ROOT, add_epoch_of_files, assert_exactly_once_in_order, expected_rows
+from integration.helpers import (
+    add_epoch_of_files,
+    assert_exactly_once_in_order,
+    child_driver,
+    expected_rows,
+    wait_for_child_epochs,
+)
 from regional.testing.spark_cluster import StandaloneCluster
 
 REGIONS = [f"r{i}" for i in range(4)]
@@ -26,33 +30,17 @@ def cluster(tmp_path_factory):
     c.stop()
 
 
-def epochs(ck: Path) -> int:
-    return len(regional.status(ck).epochs) if (ck / "regional" / "epochs").exists() else 0
-
-
 def run_with_faults(cluster: StandaloneCluster, tmp_path: Path, records: int,
                     faults: list[tuple[int, Callable[[], None]]]) -> list[int]:
     """The child driver runs the query to its end while each fault strikes once the store holds that many
     epochs; returns the epoch count at each fault."""
     inp, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
     inputs = add_epoch_of_files(inp, REGIONS, "001", records)
-    child = subprocess.Popen([sys.executable, "-m", "integration.cluster_child", cluster.url, str(inp), str(out),
-                              str(ck), "20"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     struck = []
-    try:
+    with child_driver(["integration.cluster_child", cluster.url, str(inp), str(out), str(ck), "20"]) as child:
         for at, fault in faults:
-            deadline = time.monotonic() + 300
-            while epochs(ck) < at:
-                assert child.poll() is None, f"the query ended before the fault:\n{child.stdout.read()[-3000:]}"
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
-            struck.append(epochs(ck))
+            struck.append(wait_for_child_epochs(child, ck, at))
             fault()
-        output, _ = child.communicate(timeout=600)
-        assert child.returncode == 0, output[-4000:]
-    finally:
-        if child.poll() is None:
-            child.kill()
     assert_exactly_once_in_order(out, expected_rows(inputs))
     store = regional.status(ck)
     assert all(store.regions[r].committed_offset == records for r in REGIONS)
