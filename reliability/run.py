@@ -44,8 +44,7 @@ CHECKS = ["integration/test_standalone_cluster.py", "tests/test_store_fuzz.py", 
           "integration/test_crash_safety.py", "integration/test_postgres_target.py::"
           "test_sigkill_of_the_driver_at_each_step_of_phase_two_then_a_restart",
           "integration/test_dead_letters.py::"
-          "test_sigkill_of_the_driver_while_it_dead_letters_then_restart_lands_every_record_once",
-          "integration/test_random_kills.py"]
+          "test_sigkill_of_the_driver_while_it_dead_letters_then_restart_lands_every_record_once"]
 HEADER = """# Reliability
 
 What the reliability campaign (`python -m reliability.run`, see the README) measured: random kills of the
