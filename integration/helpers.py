@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -79,17 +79,26 @@ def start_to_delta(df: DataFrame, out: Path, ck: Path, target: str = "delta", **
 
 def wait_for_epochs(query: StreamingQuery, ck: Path, epochs: int, timeout: float = 180) -> None:
     """Wait until the store has recorded ``epochs`` epochs (the query keeps running)."""
+
+    def running() -> None:
+        if query.exception() is not None or not query.isActive:
+            raise AssertionError(f"query ended early: {query.exception()}")
+
+    _await_epochs(ck, epochs, timeout, running)
+
+
+def _await_epochs(ck: Path, epochs: int, timeout: float, running: Callable[[], None]) -> int:
+    """Poll the store until it holds ``epochs`` records; ``running`` raises if the query has ended."""
     import time
 
     import regional
 
     deadline = time.monotonic() + timeout
-    while len(regional.status(ck).epochs) < epochs:
-        if query.exception() is not None or not query.isActive:
-            raise AssertionError(f"query ended early: {query.exception()}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"only {len(regional.status(ck).epochs)} epochs in {timeout}s")
-        time.sleep(0.2)
+    while (recorded := len(regional.status(ck).epochs) if (ck / "regional" / "epochs").exists() else 0) < epochs:
+        running()
+        assert time.monotonic() < deadline, f"only {recorded} epochs in {timeout}s"
+        time.sleep(0.1)
+    return recorded
 
 
 def run_epochs(query: StreamingQuery, ck: Path, epochs: int, timeout: float = 180) -> None:
@@ -160,20 +169,11 @@ def child_driver(args: list[str]) -> Iterator[subprocess.Popen[str]]:
 
 def wait_for_child_epochs(child: subprocess.Popen[str], ck: Path, epochs: int, timeout: float = 300) -> int:
     """Wait until the child's store has recorded ``epochs`` epochs (the child must still run); how many it has."""
-    import time
 
-    deadline = time.monotonic() + timeout
-    while (recorded := _recorded(ck)) < epochs:
+    def running() -> None:
         assert child.poll() is None, f"the child ended early:\n{child.stdout.read()[-3000:] if child.stdout else ''}"
-        assert time.monotonic() < deadline, f"only {recorded} epochs in {timeout}s"
-        time.sleep(0.1)
-    return recorded
 
-
-def _recorded(ck: Path) -> int:
-    import regional
-
-    return len(regional.status(ck).epochs) if (ck / "regional" / "epochs").exists() else 0
+    return _await_epochs(ck, epochs, timeout, running)
 
 
 def run_until_error(query: StreamingQuery) -> str:

@@ -10,7 +10,6 @@ regions fall back and catch up while the kills land.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Callable
@@ -77,17 +76,11 @@ class FilesFeed:
         self.records: dict[str, list[tuple[int, str]]] = {f"r{i}": [] for i in range(REGIONS)}
 
     def add(self, tag: str, per_region: int) -> None:
-        staged = []
-        for region, records in self.records.items():
-            directory = self.root / region
-            directory.mkdir(parents=True, exist_ok=True)
-            values = [f"{region}-{tag}-{i}" for i in range(per_region)]
-            (directory / f".{tag}.tmp").write_text("".join(v + "\n" for v in values))
-            staged.append((directory / f".{tag}.tmp", directory / f"{tag}.txt"))
-            first = len(records)
-            records.extend((first + i, v.upper()) for i, v in enumerate(values))
-        for tmp, final in staged:
-            os.replace(tmp, final)
+        from integration.helpers import add_epoch_of_files  # hidden names, then renames
+
+        for region, values in add_epoch_of_files(self.root, list(self.records), tag, per_region).items():
+            first = len(self.records[region])
+            self.records[region].extend((first + i, v.upper()) for i, v in enumerate(values))
 
     def expected(self) -> dict[str, list[tuple[int, Any]]]:
         return self.records

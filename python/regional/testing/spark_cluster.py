@@ -90,25 +90,24 @@ class StandaloneCluster:
 
     def kill_worker(self, i: int) -> None:
         """The worker lost for good: its JVM and its executors, SIGKILLed."""
-        executors = self.executor_pids(i)
-        os.killpg(self.workers[i].pid, signal.SIGKILL)
+        self._kill(self.executor_pids(i), [self.workers[i]])
+
+    def stop(self) -> None:
+        self._kill(self.executor_pids(), [*self.workers, *([self.master] if self.master else [])])
+
+    @staticmethod
+    def _kill(executors: list[int], processes: list[subprocess.Popen[bytes]]) -> None:
+        """Executors (found before their workers die: they are found as the workers' children) and the
+        process groups of workers or the master, all SIGKILLed."""
+        for process in processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
         for pid in executors:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        self.workers[i].wait()
-
-    def stop(self) -> None:
-        for process in [*self.workers, self.master]:
-            if process is not None and process.poll() is None:
-                for pid in self.executor_pids():
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
 
     @staticmethod
     def _wait(check, what: str) -> None:
