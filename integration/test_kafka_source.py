@@ -300,3 +300,27 @@ def test_a_restarted_driver_finds_the_partitions_of_the_epoch_it_re_runs(kafka):
     assert (split.topic, split.partition) == (topic, 1)
     with pytest.raises(Exception, match="is not a partition this query reads now"):
         source.split(region_of(topic, 7), 0, 10)
+
+
+def test_a_task_asks_librdkafka_for_no_more_records_than_its_range_holds(kafka, monkeypatch):
+    """librdkafka's consume() returns when it has num_messages or at its timeout: a task that asked for a whole
+    batch waited out the timeout at the end of every range (the soak's 64-partition epochs took 20 s, not 6)."""
+    import confluent_kafka
+
+    from regional.inputs.kafka import create, region_of
+
+    asked: list[int] = []
+
+    class Counting(confluent_kafka.Consumer):
+        def consume(self, num_messages: int = 1, timeout: float = -1):  # type: ignore[override]
+            asked.append(num_messages)
+            return super().consume(num_messages, timeout)
+
+    topic = new_topic(kafka, 1)
+    produce(kafka, topic, 1, 30, "a")
+    monkeypatch.setattr(confluent_kafka, "Consumer", Counting)
+    source = create({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic})
+    region = region_of(topic, 0)
+    batches = list(source.read(region, 5, 25, source.split(region, 5, 25), batch_rows=10_000))
+    assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(5, 25))
+    assert asked and max(asked) <= 20, asked

@@ -349,7 +349,10 @@ class KafkaInput:
             deadline = time.monotonic() + self.poll_timeout_s
             done = start >= end
             while not done:
-                messages = consumer.consume(num_messages=max(batch_rows - len(rows), 1), timeout=0.5)
+                # librdkafka's consume() returns when it has num_messages or at the timeout: ask for no more than
+                # the range can still hold, or every task waits out the timeout at its range's end (0.5 s each).
+                left = end - (start if rows.next_offset is None else rows.next_offset)
+                messages = consumer.consume(num_messages=max(min(batch_rows - len(rows), left), 1), timeout=0.2)
                 if messages:
                     deadline = time.monotonic() + self.poll_timeout_s
                 records = [m for m in messages if m.error() is None]
