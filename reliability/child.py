@@ -1,13 +1,20 @@
 """One driver of the campaign: a regional query from ``source`` into ``target`` until no input is left.
 
 Usage: python -m reliability.child '<json of Query>'. The campaign SIGKILLs it at random moments.
+
+With ``udf_faults`` the query maps values through a Python UDF that raises on a value starting ``poison``
+(regional isolates it into ``dead_letters``) and sleeps ``slow_s`` on one starting ``slow``. With ``until``
+it runs until that file exists (the soak's producer keeps adding input), then publishes what is left and stops.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
 from pyspark.sql import functions as F
 
@@ -29,6 +36,11 @@ class Query:
     fail_share: float = 0.0
     max_per_region: int = 10
     master: str = "local[2,3]"
+    udf_faults: bool = False
+    slow_s: float = 0.0
+    dead_letters: str = ""  # deadLetterPath
+    until: str = ""  # run until this file exists
+
 
     def args(self) -> list[str]:
         return ["reliability.child", json.dumps(asdict(self))]
@@ -44,7 +56,9 @@ def run(q: Query) -> None:
     else:
         reader = (reader.option("kafka.bootstrap.servers", q.bootstrap).option("subscribe", q.input)
                   .option("startingOffsets", "earliest"))
-    df = reader.load().select("region", "offset", F.upper(F.col("value").cast("string")).alias("value"))
+    df = reader.load()
+    value = F.col("value").cast("string")
+    df = df.select("region", "offset", (faulty(q.slow_s)(value) if q.udf_faults else F.upper(value)).alias("value"))
     writer = (df.writeStream.format("regional").option("checkpointLocation", q.checkpoint)
               .option("keepRegionColumns", "true").option("target", "python:reliability.faults:Flaky")
               .option("inner", TARGETS[q.target]).option("failShare", str(q.fail_share)))
@@ -52,11 +66,29 @@ def run(q: Query) -> None:
         writer = writer.option("url", q.url).option("table", q.table)
     else:
         writer = writer.option("path", q.out)
+    if q.dead_letters:
+        writer = writer.option("deadLetterPath", q.dead_letters)
     query = writer.start()
+    while q.until and not Path(q.until).exists():
+        if query.awaitTermination(2):  # raises if the query failed
+            raise SystemExit("the query stopped on its own")
     query.processAllAvailable()
     query.stop()
     spark.stop()
     print("child finished", flush=True)
+
+
+def faulty(slow_s: float) -> Any:  # a pyspark UDF
+    from pyspark.sql.functions import udf
+
+    @udf("string")
+    def transform(value: str) -> str:
+        if value.startswith("poison"):
+            raise ValueError(f"poison record {value}")
+        if value.startswith("slow"):
+            time.sleep(slow_s)
+        return value.upper()
+    return transform
 
 
 if __name__ == "__main__":

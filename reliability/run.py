@@ -1,9 +1,10 @@
 """The reliability campaign, one command; writes its sections of RELIABILITY.md (or ``--report``).
 
-    .venv/bin/python -m reliability.run                       # everything: about 90 minutes on 2 cores
+    .venv/bin/python -m reliability.run                       # everything: about 3 hours on 2 cores
     .venv/bin/python -m reliability.run --only kills --trials 4   # a short run of the random kills
+    .venv/bin/python -m reliability.run --only soak --soak-epochs 100   # a short soak
 
-Two parts:
+Three parts:
 
 - ``kills``: each target (delta, the python committer ``regional.testing.committer.EpochFilesTarget``,
   postgres) gets ``--trials`` random driver kills, half reading the files source and half a Kafka topic
@@ -11,6 +12,9 @@ Two parts:
 - ``checks``: the campaign's pytest modules with ``REGIONAL_CAMPAIGN=1`` (the standalone cluster with executor
   and worker loss, store fuzzing, bad input, two drivers on one checkpoint, every kill point of the crash tests),
   each test's outcome and time in the report.
+- ``soak``: one query on 64 Kafka partitions for ``--soak-epochs`` epochs under failing targets, poison
+  records, slow records and driver kills, its resources sampled and plotted (``docs/soak.png``), then checked
+  record by record (``reliability.soak``).
 """
 
 from __future__ import annotations
@@ -56,11 +60,12 @@ drivers on one checkpoint). Each section says the command and the run that wrote
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", default="kills,checks", help="kills, checks or both")
+    parser.add_argument("--only", default="kills,checks,soak", help="a comma-separated subset of kills,checks,soak")
     parser.add_argument("--trials", type=int, default=50, help="random-kill trials per target (split across sources)")
     parser.add_argument("--targets", default=",".join(TARGETS))
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--parallel", type=int, default=3, help="targets whose kills run at once")
+    parser.add_argument("--soak-epochs", type=int, default=1000)
     parser.add_argument("--report", type=Path, default=ROOT / "RELIABILITY.md")
     parser.add_argument("--work", type=Path, default=None, help="work directory (default: a temporary one)")
     args = parser.parse_args()
@@ -74,6 +79,8 @@ def main() -> None:
         ok &= kills(args, command, work)
     if "checks" in args.only:
         ok &= checks(args.report, command, work)
+    if "soak" in args.only:
+        ok &= soak(args, command, work)
     if ok:
         shutil.rmtree(work, ignore_errors=True)
     else:
@@ -161,6 +168,26 @@ def kills_section(series: list[Series], command: str, seed: int, elapsed: float)
     lines += ["", "Epochs: recorded before the last run. Kills inside phase two: the kill left an intent (the "
               "epoch's decision) without its record; the restart finished the epoch as decided.", end]
     return "\n".join(lines)
+
+
+def soak(args: argparse.Namespace, command: str, work: Path) -> bool:
+    from regional.testing.kafka_broker import KafkaBroker
+    from reliability.soak import SoakPlan, plot, run_soak, section
+
+    plan = SoakPlan(seed=args.seed if args.seed is not None else random.randrange(1 << 30), epochs=args.soak_epochs)
+    broker = KafkaBroker(work / "soak-kafka").start()
+    try:
+        result = run_soak(plan, work / "soak", broker, say=lambda line: print(time.strftime("%H:%M:%S"), line,
+                                                                                 flush=True))
+    finally:
+        broker.stop()
+    image = "docs/soak.png"
+    plot(result, ROOT / image)
+    begin, end = markers("soak")
+    lines = [begin, "## A soak", "", f"Run on {datetime.date.today().isoformat()}: {os.cpu_count()} cores, "
+             f"Python {platform.python_version()}.", "", *section(result, command, image), end]
+    write_section(args.report, "soak", "\n".join(lines))
+    return result.ok
 
 
 def checks(report: Path, command: str, work: Path) -> bool:

@@ -1,0 +1,387 @@
+"""The soak: one regional query on a 64-partition Kafka topic for at least 1,000 epochs under random faults,
+its resources sampled all along, then every record checked.
+
+Faults, all real:
+
+- **failing targets**: ``reliability.faults.Flaky`` makes the Delta target's ``prepare`` raise for a share of
+  (epoch, region) pairs: those regions fall back and catch up;
+- **poison records**: a Python UDF raises on values starting ``poison``; regional isolates each into the
+  dead-letter table (``deadLetterPath``) while the rest of its region goes on;
+- **slow regions**: the same UDF sleeps on values starting ``slow``, holding its region's task (and the epoch)
+  back;
+- **kills**: the driver's process group (driver, JVM) is SIGKILLed at random moments and restarted on the same
+  checkpoint.
+
+A producer thread writes bursts of records to partitions drawn at random, each second of the soak. Every
+``sample_s`` the soak records the newest epoch, the regional store's size and file count, Spark's checkpoint
+size, the driver's and its JVM's RSS and open files, and the number of pyspark Python processes on the machine.
+At the end the producer stops, the driver publishes what is left and stops, and ``regional.testing.exactly_once``
+compares the target with the topic (every record not poison exactly once, in order per region) and the
+dead-letter table with the poison records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from regional.store import Store
+from regional.testing.exactly_once import Report, check, delta_landed
+from reliability.child import Query
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class SoakPlan:
+    seed: int
+    regions: int = 64
+    epochs: int = 1000  # run until the store has recorded this many
+    # Each second the producer writes a burst to a few partitions drawn at random: every region gets input
+    # over time, and an epoch has tasks for the regions with new input, a few (about 1-2 s per epoch on 2
+    # cores). With input in all 64 partitions at once an epoch takes 6-12 s: 1,000 of them would take hours.
+    active_regions: int = 2
+    records_per_burst: int = 5
+    poison_share: float = 1 / 500
+    slow_share: float = 1 / 500
+    slow_s: float = 2.0
+    fail_share: float = 0.03  # of (epoch, region) pairs, in the target
+    kill_after_s: tuple[float, float] = (120.0, 300.0)  # a run is killed this long after it started
+    sample_s: float = 5.0
+    max_per_region: int = 20
+    master: str = "local[2,3]"
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float  # seconds since the soak started
+    epoch: int  # the newest recorded epoch, -1 before the first
+    run: int  # which driver run (0, then one more after each kill)
+    store_bytes: int  # <checkpoint>/regional
+    store_files: int
+    spark_bytes: int  # the rest of the checkpoint: Spark's offsets, commits, sources
+    driver_rss_mb: float  # the Python driver process
+    jvm_rss_mb: float
+    driver_fds: int
+    jvm_fds: int
+    python_processes: int  # pyspark's daemons, workers and data source runners, on the whole machine
+
+
+@dataclass
+class SoakResult:
+    plan: SoakPlan
+    samples: list[Sample] = field(default_factory=list)
+    kills: list[tuple[float, int]] = field(default_factory=list)  # (t, newest epoch) of each kill
+    produced: Counter[str] = field(default_factory=Counter)  # records by kind: normal, poison, slow
+    fallbacks: Counter[str] = field(default_factory=Counter)  # (epoch, region) fall-backs by reason
+    target: Report | None = None
+    dead_letters: Report | None = None
+    seconds: float = 0.0
+
+    @property
+    def epochs(self) -> int:
+        return max((s.epoch for s in self.samples), default=-1) + 1
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.target and self.target.ok and self.dead_letters and self.dead_letters.ok)
+
+
+class Producer:
+    """Each second until stopped, writes ``records_per_burst`` records to each of ``active_regions`` partitions
+    drawn at random; values are ``<kind>-<partition>-<n>`` with kind ``poison``, ``slow`` or ``v``, drawn from
+    the plan's shares."""
+
+    def __init__(self, broker: Any, topic: str, plan: SoakPlan, produced: Counter[str]) -> None:
+        self.broker, self.topic, self.plan, self.produced = broker, topic, plan, produced
+        self.rng = random.Random(plan.seed)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="soak-producer", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> Producer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+        if self.error is not None:
+            raise RuntimeError("the soak's producer failed") from self.error
+
+    def _run(self) -> None:
+        try:
+            producer = self.broker.producer()
+            n = 0
+            while not self.done.wait(1.0):
+                for p in self.rng.sample(range(self.plan.regions), self.plan.active_regions):
+                    for _ in range(self.plan.records_per_burst):
+                        draw = self.rng.random()
+                        kind = ("poison" if draw < self.plan.poison_share else
+                                "slow" if draw < self.plan.poison_share + self.plan.slow_share else "v")
+                        producer.produce(self.topic, value=f"{kind}-{p}-{n}".encode(), partition=p)
+                        self.produced[kind] += 1
+                        n += 1
+                producer.poll(0)
+            if producer.flush(60) != 0:
+                raise RuntimeError("records left unsent")
+        except BaseException as e:  # reported by stop()
+            self.error = e
+
+
+def run_soak(plan: SoakPlan, workdir: Path, broker: Any, say: Callable[[str], None] = print) -> SoakResult:
+    workdir.mkdir(parents=True, exist_ok=True)
+    topic = f"soak.{plan.seed}"
+    broker.create_topic(topic, plan.regions)
+    until = workdir / "finish"
+    query = Query(source="kafka", target="delta", checkpoint=str(workdir / "ck"), input=topic,
+                  out=str(workdir / "out"), bootstrap=broker.bootstrap, fail_share=plan.fail_share,
+                  max_per_region=plan.max_per_region, master=plan.master, udf_faults=True, slow_s=plan.slow_s,
+                  dead_letters=str(workdir / "dead"), until=str(until))
+    result = SoakResult(plan)
+    rng = random.Random(plan.seed + 1)
+    store = Store(query.checkpoint)
+    started = time.monotonic()
+    producer = Producer(broker, topic, plan, result.produced).start()
+    run = 0
+    child = _start(query, workdir, run)
+    kill_at = time.monotonic() + rng.uniform(*plan.kill_after_s)
+    try:
+        while True:
+            time.sleep(plan.sample_s)
+            sample = _sample(time.monotonic() - started, store, query.checkpoint, child.pid, run)
+            result.samples.append(sample)
+            if child.poll() is not None:
+                raise AssertionError(f"the driver ended on its own: see {workdir}/run-{run}.log")
+            if sample.epoch + 1 >= plan.epochs:
+                break
+            if time.monotonic() >= kill_at:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+                result.kills.append((sample.t, sample.epoch))
+                say(f"soak: killed run {run} at epoch {sample.epoch}, {sample.t / 60:.1f} min")
+                run += 1
+                child = _start(query, workdir, run)
+                kill_at = time.monotonic() + rng.uniform(*plan.kill_after_s)
+            elif len(result.samples) % 12 == 0:
+                say(f"soak: epoch {sample.epoch}, {sample.t / 60:.1f} min, store {sample.store_bytes // 1024} KB "
+                    f"in {sample.store_files} files, JVM {sample.jvm_rss_mb:.0f} MB, driver "
+                    f"{sample.driver_rss_mb:.0f} MB, fds {sample.jvm_fds}+{sample.driver_fds}, "
+                    f"python processes {sample.python_processes}")
+        producer.stop()
+        until.touch()  # the driver publishes what is left, then stops
+        deadline = time.monotonic() + 1800
+        while child.poll() is None:
+            if time.monotonic() > deadline:
+                raise AssertionError("the driver did not finish the input within 30 minutes")
+            time.sleep(plan.sample_s)
+            result.samples.append(_sample(time.monotonic() - started, store, query.checkpoint, child.pid, run))
+        if child.returncode != 0:
+            raise AssertionError(f"the last run failed: see {workdir}/run-{run}.log")
+    finally:
+        producer.done.set()
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    result.seconds = time.monotonic() - started
+    say(f"soak: {result.epochs} epochs in {result.seconds / 60:.0f} min, {len(result.kills)} kills; checking")
+    records = broker.records(topic)
+    poison = {r: [(o, v) for o, v in rs if v is not None and v.startswith(b"poison")] for r, rs in records.items()}
+    rest = {r: [(o, v.decode().upper()) for o, v in rs if v is not None and not v.startswith(b"poison")]
+            for r, rs in records.items()}
+    result.target = check(rest, delta_landed(query.out))
+    dead = Path(query.dead_letters)
+    result.dead_letters = check(poison, delta_landed(dead) if (dead / "_delta_log").exists() else [])
+    result.fallbacks = fallbacks(Path(query.out))
+    say(f"soak: target {result.target.summary()}; dead letters {result.dead_letters.summary()}")
+    return result
+
+
+def _start(query: Query, workdir: Path, run: int) -> subprocess.Popen[bytes]:
+    with open(workdir / f"run-{run}.log", "wb") as log:  # the child keeps its own descriptor
+        return subprocess.Popen([sys.executable, "-m", *query.args()], cwd=ROOT, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def fallbacks(table: Path) -> Counter[str]:
+    """(epoch, region) fall-backs by reason, from the regional report in each Delta commit's info."""
+    reasons: Counter[str] = Counter()
+    for commit in sorted((table / "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            info = json.loads(line).get("commitInfo") if line.strip() else None
+            report = info.get("regional") if info else None
+            if isinstance(report, str):
+                report = json.loads(report)
+            for state in (report or {}).get("fallen_back", {}).values():
+                reasons[state["reason"].split(":")[0].split(";")[0]] += 1
+    return reasons
+
+
+# -- sampling ------------------------------------------------------------------------------------------------
+
+
+def _sample(t: float, store: Store, checkpoint: str, driver: int, run: int) -> Sample:
+    epochs = store.epochs()
+    regional_bytes, regional_files = _du(Path(checkpoint) / "regional")
+    all_bytes, _ = _du(Path(checkpoint))
+    procs = _processes()
+    jvm = next((pid for pid, (ppid, cmd) in procs.items() if cmd.startswith("java") and
+                _descends(pid, driver, procs)), None)
+    return Sample(t=t, epoch=max(epochs, default=-1), run=run, store_bytes=regional_bytes,
+                  store_files=regional_files, spark_bytes=all_bytes - regional_bytes,
+                  driver_rss_mb=_rss_mb(driver), jvm_rss_mb=_rss_mb(jvm), driver_fds=_fds(driver), jvm_fds=_fds(jvm),
+                  python_processes=sum("pyspark" in cmd and "python" in cmd for _, cmd in procs.values()))
+
+
+def _du(directory: Path) -> tuple[int, int]:
+    size = count = 0
+    for root, _, names in os.walk(directory):
+        for name in names:
+            try:
+                size += os.lstat(os.path.join(root, name)).st_size
+                count += 1
+            except FileNotFoundError:  # removed while walked (pruning)
+                pass
+    return size, count
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        out[int(entry)] = (ppid, " ".join([os.path.basename(argv[0]), *argv[1:]]).strip())
+    return out
+
+
+def _descends(pid: int, ancestor: int, procs: dict[int, tuple[int, str]]) -> bool:
+    while pid in procs and pid > 1:
+        if pid == ancestor:
+            return True
+        pid = procs[pid][0]
+    return False
+
+
+def _rss_mb(pid: int | None) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, TypeError):
+        pass
+    return 0.0
+
+
+def _fds(pid: int | None) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except (OSError, TypeError):
+        return 0
+
+
+# -- the report ----------------------------------------------------------------------------------------------
+
+METRICS = [  # (title, Sample fields, unit divisor)
+    ("regional store (KB)", ("store_bytes",), 1024),
+    ("regional store (files)", ("store_files",), 1),
+    ("Spark's checkpoint (KB)", ("spark_bytes",), 1024),
+    ("RSS (MB): JVM, Python driver", ("jvm_rss_mb", "driver_rss_mb"), 1),
+    ("open files: JVM, Python driver", ("jvm_fds", "driver_fds"), 1),
+    ("pyspark Python processes", ("python_processes",), 1),
+]
+
+
+def plot(result: SoakResult, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    samples = [s for s in result.samples if s.epoch >= 0 and s.jvm_rss_mb > 0]  # a driver running
+    minutes = [s.t / 60 for s in samples]
+    fig, axes = plt.subplots(len(METRICS) + 1, 1, figsize=(9, 2.0 * (len(METRICS) + 1)), sharex=True)
+    axes[0].plot(minutes, [s.epoch for s in samples], color="black")
+    axes[0].set_title("newest recorded epoch (red: driver SIGKILLed)", fontsize=9, loc="left")
+    for ax, (title, names, unit) in zip(axes[1:], METRICS, strict=True):
+        for name in names:
+            ax.plot(minutes, [getattr(s, name) / unit for s in samples], label=name)
+        ax.set_title(title, fontsize=9, loc="left")
+        ax.set_ylim(bottom=0)
+    for ax in axes:
+        for t, _ in result.kills:
+            ax.axvline(t / 60, color="red", linewidth=0.6, linestyle=":")
+    axes[-1].set_xlabel("minutes")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def section(result: SoakResult, command: str, image: str) -> list[str]:
+    """The soak's part of RELIABILITY.md, without markers."""
+    plan, samples = result.plan, [s for s in result.samples if s.epoch >= 0 and s.jvm_rss_mb > 0]
+    reasons = ", ".join(f"{n} {r}" for r, n in result.fallbacks.most_common()) or "none"
+    lines = [
+        f"Written by `{command}` (seed {plan.seed}, {result.seconds / 60:.0f} min). One query: a Kafka topic of "
+        f"{plan.regions} partitions (regions) into Delta, `deadLetterPath` set, `maxRecordsPerRegion="
+        f"{plan.max_per_region}`, on `{plan.master}`. Each second of the soak a producer writes "
+        f"{plan.records_per_burst} records to each of {plan.active_regions} partitions drawn at random (so an "
+        "epoch has tasks for the regions with new input, and every region gets input over time). "
+        f"Faults: {plan.fail_share:.0%} of (epoch, region) "
+        f"pairs fail in the target; a Python UDF raises on 1 record in {1 / plan.poison_share:.0f} (poison) "
+        f"and sleeps {plan.slow_s:g} s on 1 in {1 / plan.slow_share:.0f} (slow regions); the driver's process "
+        f"group is SIGKILLed {plan.kill_after_s[0] / 60:.0f}-{plan.kill_after_s[1] / 60:.0f} min after each "
+        "start and restarted. Resources sampled every "
+        f"{plan.sample_s:g} s; at the end the producer stops and the last run publishes what is left.",
+        "",
+        "| epochs | minutes | kills | records | poison | slow | fall-backs (epoch, region) by reason "
+        "| target: every other record once, in order | dead-letter table: every poison record once |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| {result.epochs} | {result.seconds / 60:.0f} | {len(result.kills)} | {sum(result.produced.values())} | "
+        f"{result.produced['poison']} | {result.produced['slow']} | {reasons} | "
+        f"{result.target.summary() if result.target else 'not checked'} | "
+        f"{result.dead_letters.summary() if result.dead_letters else 'not checked'} |",
+        "",
+        "Resources, the largest value in each tenth of the soak (by time):",
+        "",
+        "| tenth | epochs | store KB | store files | Spark's checkpoint KB | JVM RSS MB | driver RSS MB | "
+        "JVM open files | driver open files | pyspark Python processes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for i in range(10):
+        part = samples[len(samples) * i // 10: len(samples) * (i + 1) // 10]
+        if not part:
+            continue
+        top = {name: max(getattr(s, name) for s in part) for _, names, _ in METRICS for name in names}
+        lines.append(f"| {i + 1} | {part[0].epoch}-{part[-1].epoch} | {top['store_bytes'] // 1024} | "
+                     f"{top['store_files']} | {top['spark_bytes'] // 1024} | {top['jvm_rss_mb']:.0f} | "
+                     f"{top['driver_rss_mb']:.0f} | {top['jvm_fds']} | {top['driver_fds']} | "
+                     f"{top['python_processes']} |")
+    half = len(samples) // 2
+    growth = []
+    for _, names, unit in METRICS:
+        for name in names:
+            first = max((getattr(s, name) for s in samples[:half]), default=0) / unit
+            second = max((getattr(s, name) for s in samples[half:]), default=0) / unit
+            growth.append(f"{name} {first:.0f} -> {second:.0f}")
+    lines += ["", "Largest value in the first half -> in the second half: " + "; ".join(growth) + ".", "",
+              f"![the soak's resources over time]({image})"]
+    return lines
