@@ -66,6 +66,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--parallel", type=int, default=3, help="targets whose kills run at once")
     parser.add_argument("--soak-epochs", type=int, default=1000)
+    parser.add_argument("--soak-no-kills", action="store_true",
+                        help="one driver for the whole soak (section soak-no-kills): resources over one long run")
     parser.add_argument("--report", type=Path, default=ROOT / "RELIABILITY.md")
     parser.add_argument("--work", type=Path, default=None, help="work directory (default: a temporary one)")
     args = parser.parse_args()
@@ -174,19 +176,22 @@ def soak(args: argparse.Namespace, command: str, work: Path) -> bool:
     from regional.testing.kafka_broker import KafkaBroker
     from reliability.soak import SoakPlan, plot, run_soak, section
 
-    plan = SoakPlan(seed=args.seed if args.seed is not None else random.randrange(1 << 30), epochs=args.soak_epochs)
+    plan = SoakPlan(seed=args.seed if args.seed is not None else random.randrange(1 << 30), epochs=args.soak_epochs,
+                    **({"kill_after_s": None} if args.soak_no_kills else {}))
     broker = KafkaBroker(work / "soak-kafka").start()
     try:
         result = run_soak(plan, work / "soak", broker, say=lambda line: print(time.strftime("%H:%M:%S"), line,
                                                                                  flush=True))
     finally:
         broker.stop()
-    image = "docs/soak.png"
+    name = "soak-no-kills" if args.soak_no_kills else "soak"
+    image = f"docs/{name}.png"
     plot(result, ROOT / image)
-    begin, end = markers("soak")
-    lines = [begin, "## A soak", "", f"Run on {datetime.date.today().isoformat()}: {os.cpu_count()} cores, "
+    begin, end = markers(name)
+    lines = [begin, "## A soak without kills" if args.soak_no_kills else "## A soak", "",
+             f"Run on {datetime.date.today().isoformat()}: {os.cpu_count()} cores, "
              f"Python {platform.python_version()}.", "", *section(result, command, image), end]
-    write_section(args.report, "soak", "\n".join(lines))
+    write_section(args.report, name, "\n".join(lines))
     return result.ok
 
 

@@ -57,7 +57,7 @@ class SoakPlan:
     slow_share: float = 1 / 500
     slow_s: float = 2.0
     fail_share: float = 0.03  # of (epoch, region) pairs, in the target
-    kill_after_s: tuple[float, float] = (120.0, 300.0)  # a run is killed this long after it started
+    kill_after_s: tuple[float, float] | None = (120.0, 300.0)  # a run is killed this long after it started
     sample_s: float = 5.0
     max_per_region: int = 20
     master: str = "local[2,3]"
@@ -156,7 +156,7 @@ def run_soak(plan: SoakPlan, workdir: Path, broker: Any, say: Callable[[str], No
     producer = Producer(broker, topic, plan, result.produced).start()
     run = 0
     child = _start(query, workdir, run)
-    kill_at = time.monotonic() + rng.uniform(*plan.kill_after_s)
+    kill_at = _kill_at(plan, rng)
     try:
         while True:
             time.sleep(plan.sample_s)
@@ -173,7 +173,7 @@ def run_soak(plan: SoakPlan, workdir: Path, broker: Any, say: Callable[[str], No
                 say(f"soak: killed run {run} at epoch {sample.epoch}, {sample.t / 60:.1f} min")
                 run += 1
                 child = _start(query, workdir, run)
-                kill_at = time.monotonic() + rng.uniform(*plan.kill_after_s)
+                kill_at = _kill_at(plan, rng)
             elif len(result.samples) % 12 == 0:
                 say(f"soak: epoch {sample.epoch}, {sample.t / 60:.1f} min, store {sample.store_bytes // 1024} KB "
                     f"in {sample.store_files} files, JVM {sample.jvm_rss_mb:.0f} MB, driver "
@@ -206,6 +206,10 @@ def run_soak(plan: SoakPlan, workdir: Path, broker: Any, say: Callable[[str], No
     result.fallbacks = fallbacks(Path(query.out))
     say(f"soak: target {result.target.summary()}; dead letters {result.dead_letters.summary()}")
     return result
+
+
+def _kill_at(plan: SoakPlan, rng: random.Random) -> float:
+    return time.monotonic() + rng.uniform(*plan.kill_after_s) if plan.kill_after_s else float("inf")
 
 
 def _start(query: Query, workdir: Path, run: int) -> subprocess.Popen[bytes]:
@@ -338,6 +342,9 @@ def plot(result: SoakResult, path: Path) -> None:
 def section(result: SoakResult, command: str, image: str) -> list[str]:
     """The soak's part of RELIABILITY.md, without markers."""
     plan, samples = result.plan, [s for s in result.samples if s.epoch >= 0 and s.jvm_rss_mb > 0]
+    kills = (f"the driver's process group is SIGKILLed {plan.kill_after_s[0] / 60:.0f}-"
+             f"{plan.kill_after_s[1] / 60:.0f} min after each start and restarted" if plan.kill_after_s else
+             "no kills: one driver runs the whole soak")
     reasons = ", ".join(f"{n} {r}" for r, n in result.fallbacks.most_common()) or "none"
     lines = [
         f"Written by `{command}` (seed {plan.seed}, {result.seconds / 60:.0f} min). One query: a Kafka topic of "
@@ -347,10 +354,9 @@ def section(result: SoakResult, command: str, image: str) -> list[str]:
         "epoch has tasks for the regions with new input, and every region gets input over time). "
         f"Faults: {plan.fail_share:.0%} of (epoch, region) "
         f"pairs fail in the target; a Python UDF raises on 1 record in {1 / plan.poison_share:.0f} (poison) "
-        f"and sleeps {plan.slow_s:g} s on 1 in {1 / plan.slow_share:.0f} (slow regions); the driver's process "
-        f"group is SIGKILLed {plan.kill_after_s[0] / 60:.0f}-{plan.kill_after_s[1] / 60:.0f} min after each "
-        "start and restarted. Resources sampled every "
-        f"{plan.sample_s:g} s; at the end the producer stops and the last run publishes what is left.",
+        f"and sleeps {plan.slow_s:g} s on 1 in {1 / plan.slow_share:.0f} (slow regions); {kills}. "
+        f"Resources sampled every {plan.sample_s:g} s; at the end the producer stops and the last run publishes "
+        "what is left.",
         "",
         "| epochs | minutes | kills | records | poison | slow | fall-backs (epoch, region) by reason "
         "| target: every other record once, in order | dead-letter table: every poison record once |",
