@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import regional
+from regional.testing.processes import descendants, process_table, rss_mb
 
 REGIONS = [f"r{i:02d}" for i in range(16)]
 FAILING = "r00"
@@ -196,29 +197,13 @@ class Footprint(Periodic):
         self._thread.start()
 
     def sample(self) -> None:
-        children: dict[int, list[int]] = {}
-        names: dict[int, str] = {}
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    stat = (entry / "stat").read_text()
-                except OSError:
-                    continue
-                fields = stat[stat.rindex(")") + 2:].split()
-                children.setdefault(int(fields[1]), []).append(int(entry.name))
-                names[int(entry.name)] = stat[stat.index("(") + 1:stat.rindex(")")]
+        table = process_table()
         me = os.getpid()
-        jvms = [p for p in children.get(me, []) if names.get(p) == "java"]
-        driver = _rss_mb(me) + sum(_rss_mb(p) for p in jvms)
-        workers: list[int] = []
-        todo = list(jvms)
-        while todo:
-            for child in children.get(todo.pop(), []):
-                todo.append(child)
-                if names.get(child, "").startswith("python"):
-                    workers.append(child)
+        jvms = [p.pid for p in table.values() if p.ppid == me and p.name == "java"]
+        driver = rss_mb(me) + sum(rss_mb(p) for p in jvms)
+        workers = [p.pid for jvm in jvms for p in descendants(table, jvm) if p.name.startswith("python")]
         self.driver_mb = max(self.driver_mb, driver)
-        self.worker_mb = max([self.worker_mb, *(_rss_mb(p) for p in workers)])
+        self.worker_mb = max([self.worker_mb, *(rss_mb(p) for p in workers)])
         self.workers = max(self.workers, len(workers))
 
     def stop(self) -> Footprint:
@@ -228,16 +213,6 @@ class Footprint(Periodic):
     def describe(self) -> str:
         return (f"peak RSS: driver (Python + JVM) {self.driver_mb:,.0f} MB, largest Python worker "
                 f"{self.worker_mb:,.0f} MB, at most {self.workers} Python workers")
-
-
-def _rss_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
 
 
 def environment(command: str, mode: Mode, elapsed: float) -> list[str]:

@@ -41,7 +41,6 @@ class Query:
     dead_letters: str = ""  # deadLetterPath
     until: str = ""  # run until this file exists
 
-
     def args(self) -> list[str]:
         return ["reliability.child", json.dumps(asdict(self))]
 

@@ -187,7 +187,7 @@ def soak(args: argparse.Namespace, command: str, work: Path) -> bool:
         broker.stop()
     name = "soak-no-kills" if args.soak_no_kills else "soak"
     image = f"docs/{name}.png"
-    plot(result, ROOT / image)
+    plot(result, args.report.parent / image)  # beside the report it belongs to
     begin, end = markers(name)
     lines = [begin, "## A soak without kills" if args.soak_no_kills else "## A soak", "",
              f"Run on {datetime.date.today().isoformat()}: {os.cpu_count()} cores, "

@@ -38,6 +38,7 @@ from typing import Any
 
 from regional.store import Store
 from regional.testing.exactly_once import Report, check, delta_landed
+from regional.testing.processes import descendants, open_files, process_table, rss_mb
 from reliability.child import Query
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,6 +93,11 @@ class SoakResult:
     @property
     def epochs(self) -> int:
         return max((s.epoch for s in self.samples), default=-1) + 1
+
+    @property
+    def running(self) -> list[Sample]:
+        """The samples from the first recorded epoch on, taken while a driver's JVM was up."""
+        return [s for s in self.samples if s.epoch >= 0 and s.jvm_rss_mb > 0]
 
     @property
     def ok(self) -> bool:
@@ -237,68 +243,31 @@ def fallbacks(table: Path) -> Counter[str]:
 
 def _sample(t: float, store: Store, checkpoint: str, driver: int, run: int) -> Sample:
     epochs = store.epochs()
-    regional_bytes, regional_files = _du(Path(checkpoint) / "regional")
-    all_bytes, _ = _du(Path(checkpoint))
-    procs = _processes()
-    jvm = next((pid for pid, (ppid, cmd) in procs.items() if cmd.startswith("java") and
-                _descends(pid, driver, procs)), None)
+    regional_bytes, regional_files, spark_bytes = _sizes(Path(checkpoint))
+    table = process_table()
+    jvm = next((p.pid for p in descendants(table, driver) if p.name == "java"), None)
     return Sample(t=t, epoch=max(epochs, default=-1), run=run, store_bytes=regional_bytes,
-                  store_files=regional_files, spark_bytes=all_bytes - regional_bytes,
-                  driver_rss_mb=_rss_mb(driver), jvm_rss_mb=_rss_mb(jvm), driver_fds=_fds(driver), jvm_fds=_fds(jvm),
-                  python_processes=sum("pyspark" in cmd and "python" in cmd for _, cmd in procs.values()))
+                  store_files=regional_files, spark_bytes=spark_bytes, driver_rss_mb=rss_mb(driver),
+                  jvm_rss_mb=rss_mb(jvm), driver_fds=open_files(driver), jvm_fds=open_files(jvm),
+                  python_processes=sum("pyspark" in p.cmdline and "python" in p.cmdline for p in table.values()))
 
 
-def _du(directory: Path) -> tuple[int, int]:
-    size = count = 0
-    for root, _, names in os.walk(directory):
+def _sizes(checkpoint: Path) -> tuple[int, int, int]:
+    """Bytes and files of the regional store, and bytes of the rest of the checkpoint, in one walk."""
+    store_bytes = store_files = other_bytes = 0
+    store = os.path.join(checkpoint, "regional")
+    for root, _, names in os.walk(checkpoint):
+        in_store = root == store or root.startswith(store + os.sep)
         for name in names:
             try:
-                size += os.lstat(os.path.join(root, name)).st_size
-                count += 1
+                size = os.lstat(os.path.join(root, name)).st_size
             except FileNotFoundError:  # removed while walked (pruning)
-                pass
-    return size, count
-
-
-def _processes() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, command line) of every process."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        out[int(entry)] = (ppid, " ".join([os.path.basename(argv[0]), *argv[1:]]).strip())
-    return out
-
-
-def _descends(pid: int, ancestor: int, procs: dict[int, tuple[int, str]]) -> bool:
-    while pid in procs and pid > 1:
-        if pid == ancestor:
-            return True
-        pid = procs[pid][0]
-    return False
-
-
-def _rss_mb(pid: int | None) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, TypeError):
-        pass
-    return 0.0
-
-
-def _fds(pid: int | None) -> int:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except (OSError, TypeError):
-        return 0
+                continue
+            if in_store:
+                store_bytes, store_files = store_bytes + size, store_files + 1
+            else:
+                other_bytes += size
+    return store_bytes, store_files, other_bytes
 
 
 # -- the report ----------------------------------------------------------------------------------------------
@@ -319,7 +288,7 @@ def plot(result: SoakResult, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    samples = [s for s in result.samples if s.epoch >= 0 and s.jvm_rss_mb > 0]  # a driver running
+    samples = result.running
     minutes = [s.t / 60 for s in samples]
     fig, axes = plt.subplots(len(METRICS) + 1, 1, figsize=(9, 2.0 * (len(METRICS) + 1)), sharex=True)
     axes[0].plot(minutes, [s.epoch for s in samples], color="black")
@@ -341,7 +310,7 @@ def plot(result: SoakResult, path: Path) -> None:
 
 def section(result: SoakResult, command: str, image: str) -> list[str]:
     """The soak's part of RELIABILITY.md, without markers."""
-    plan, samples = result.plan, [s for s in result.samples if s.epoch >= 0 and s.jvm_rss_mb > 0]
+    plan, samples = result.plan, result.running
     kills = (f"the driver's process group is SIGKILLed {plan.kill_after_s[0] / 60:.0f}-"
              f"{plan.kill_after_s[1] / 60:.0f} min after each start and restarted" if plan.kill_after_s else
              "no kills: one driver runs the whole soak")

@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 from regional.testing.kafka_broker import free_port
+from regional.testing.processes import process_table
 
 START_TIMEOUT_S = 90.0
 
@@ -72,18 +73,8 @@ class StandaloneCluster:
     def executor_pids(self, worker: int | None = None) -> list[int]:
         """Executor JVMs (CoarseGrainedExecutorBackend) run by our workers (all, or worker ``worker``'s)."""
         parents = {p.pid for i, p in enumerate(self.workers) if worker is None or i == worker}
-        pids = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                cmdline = (entry / "cmdline").read_bytes()
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            if b"CoarseGrainedExecutorBackend" in cmdline and ppid in parents:
-                pids.append(int(entry.name))
-        return pids
+        return [p.pid for p in process_table().values()
+                if p.ppid in parents and "CoarseGrainedExecutorBackend" in p.cmdline]
 
     def kill_executor(self, pid: int) -> None:
         os.kill(pid, signal.SIGKILL)

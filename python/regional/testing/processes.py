@@ -1,0 +1,65 @@
+"""The machine's processes as /proc shows them: one table, read once per sample, for the tools that watch
+Spark's processes (the benchmarks' memory footprint, the standalone cluster's executors, the soak)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    ppid: int
+    name: str  # the kernel's short name (``comm``): "java", "python", ...
+    cmdline: str  # the arguments joined by spaces
+
+
+def process_table() -> dict[int, Process]:
+    """Every process alive now (one that ends while it is read is left out)."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        table[int(entry)] = Process(int(entry), int(fields[1]), stat[stat.index("(") + 1:stat.rindex(")")],
+                                    argv.replace("\0", " ").strip())
+    return table
+
+
+def descendants(table: dict[int, Process], root: int) -> list[Process]:
+    """The processes below ``root``, at any depth."""
+    children: dict[int, list[Process]] = {}
+    for p in table.values():
+        children.setdefault(p.ppid, []).append(p)
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child.pid)
+    return found
+
+
+def rss_mb(pid: int | None) -> float:
+    """Resident memory of a process in MB; 0 when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, TypeError):
+        pass
+    return 0.0
+
+
+def open_files(pid: int | None) -> int:
+    """Open file descriptors of a process; 0 when it is gone."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except (OSError, TypeError):
+        return 0
