@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import random
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -54,7 +55,7 @@ KINDS: dict[str, tuple[str, Callable[[Store, Any], Any], Any]] = {
 def _damages(data: bytes, rng: random.Random) -> list[tuple[str, bytes | None]]:
     out: list[tuple[str, bytes | None]] = [("emptied", b""), ("deleted", None)]
     header, rest = data.split(b"\n", 1)
-    out.append(("future version", header.replace(b" v1 ", b" v9 ") + b"\n" + rest))
+    out.append(("future version", re.sub(rb" v\d+ ", b" v9 ", header) + b"\n" + rest))
     for _ in range(POSITIONS):
         cut = rng.randrange(len(data) - 1)  # dropping only the final newline changes nothing
         out.append((f"truncated at {cut}", data[:cut]))

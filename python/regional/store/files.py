@@ -24,8 +24,8 @@ from regional.errors import RegionalStoreError
 
 VERSIONS: dict[str, int] = {
     "query": 1,  # query.json: the query id
-    "epoch": 1,  # epochs/<n>.json: an epoch record
-    "intent": 1,  # intents/<n>.json: phase two as decided
+    "epoch": 2,  # epochs/<n>.json: an epoch record (v2: region states and slices as columns)
+    "intent": 2,  # intents/<n>.json: phase two as decided (v2: its record in the epoch record's v2)
     "write-options": 1,  # write-options.json: writeStream's regional settings, recorded at query start
     "latest-offsets": 1,  # latest-offsets.json: each region's end (and log start) as the source last saw it
     "starting-offsets": 1,  # starting-offsets.json: where the regions of a new query start
@@ -34,6 +34,8 @@ VERSIONS: dict[str, int] = {
     "query-plan": 1,  # query-plan.json: the JVM shim's plan check
     "failure": 1,  # failures/<epoch>/<partition>-<attempt>.json: the JVM shim's record of a failed attempt
 }
+# Older formats this version still reads (a checkpoint written before an upgrade); it writes VERSIONS only.
+ALSO_READS: dict[str, tuple[int, ...]] = {"epoch": (1,), "intent": (1,)}
 
 
 def encode(kind: str, data: Any) -> bytes:
@@ -50,11 +52,12 @@ def decode(path: Path, kind: str, raw: bytes) -> Any:
         raise corrupt(path, "it does not start with a regional store header (torn, or not written by regional)")
     if parts[1] != kind:
         raise corrupt(path, f"it holds a {parts[1]!r} file where a {kind!r} file belongs")
-    if parts[2] != f"v{VERSIONS[kind]}":
+    readable = [f"v{v}" for v in (VERSIONS[kind], *ALSO_READS.get(kind, ()))]
+    if parts[2] not in readable:
         raise RegionalStoreError(
             f"the regional store file {path} has format {parts[2]}, and this regional reads {kind} files of "
-            f"format v{VERSIONS[kind]} only: it was written by another version of regional. Run the query with "
-            "that version, or start a new checkpointLocation"
+            f"format {' or '.join(readable)} only: it was written by another version of regional. Run the query "
+            "with that version, or start a new checkpointLocation"
         )
     body = rest[:-1] if rest.endswith(b"\n") else rest
     if hashlib.sha256(body).hexdigest() != parts[3][len("sha256="):]:

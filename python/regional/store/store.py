@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from regional.bulk import per_region
 from regional.errors import RegionalConfigError, RegionalStoreError
 from regional.store import files
 from regional.store.model import EpochRecord, Intent, QueryPlanCheck, RegionState, TaskFailure
@@ -156,6 +157,7 @@ class Store:
         """Epoch numbers that have a record, ascending."""
         return _numbered_files(self._epochs)
 
+    @per_region
     def read_record(self, epoch: int) -> EpochRecord | None:
         return _read_epoch_file(self._epochs / _name(epoch), "epoch", epoch, EpochRecord.from_json,
                                 lambda r: r.epoch)
@@ -176,7 +178,7 @@ class Store:
 
     def write_record(self, record: EpochRecord) -> None:
         # The references first: once the record exists, Spark's purge must already see them.
-        referenced = sorted({s.ref_epoch for s in record.regions.values() if s.ref_epoch is not None} - {-1})
+        referenced = sorted(record.ref_epochs - {-1})
         files.write(self._referenced, "referenced-epochs", referenced)
         files.write(self._epochs / _name(record.epoch), "epoch", record.to_json())
 
@@ -318,7 +320,7 @@ class Store:
         if latest is None or latest.epoch != epochs[-1]:
             latest = self.read_record(epochs[-1])
         assert latest is not None
-        referenced = {s.ref_epoch for s in latest.regions.values() if s.ref_epoch is not None}
+        referenced = latest.ref_epochs
         for epoch in epochs[:-retain_epochs]:
             if epoch not in referenced:
                 (self._epochs / _name(epoch)).unlink(missing_ok=True)
