@@ -31,8 +31,12 @@ class FlakyDelta(DeltaTarget):
         self.fail_region = options.get("failregion", "")
         self.fail_epochs = _epochs(options.get("failepochs", ""))
         self.fail_marker = options.get("failwhileexists")
+        self.worker_log = options.get("workerlog")  # a file: one line per prepare, "<epoch> <region> <pid>"
 
     def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Any:
+        if self.worker_log:
+            with open(self.worker_log, "a") as f:
+                f.write(f"{epoch} {region} {os.getpid()}\n")
         if region == self.fail_region and (
             epoch in self.fail_epochs or (self.fail_marker and os.path.exists(self.fail_marker))
         ):

@@ -43,6 +43,32 @@ def test_all_healthy_with_files_appended_between_epochs(spark, dirs):
     assert all(s.state == "ok" and s.ref_epoch is None for s in st.regions.values())
 
 
+def test_a_region_whose_target_is_down_keeps_its_python_worker(spark, dirs, tmp_path):
+    """The sink of a region whose target fails takes the rest of its input: a Python worker that returns with
+    input unread is not reused, and each epoch of a failing region then forked and imported a new one."""
+    inp, out, ck = dirs
+    inputs = add_epoch_of_files(inp, ["a", "b"], "001", 40)
+    down, workers = tmp_path / "down", tmp_path / "workers"
+    down.touch()
+    query = start_to_delta(regional_stream(spark, inp, ck, maxRecordsPerRegion="2"), out, ck, target=FLAKY,
+                           failRegion="a", failWhileExists=str(down), workerLog=str(workers),
+                           maxConsecutiveFailures="1000")
+    run_epochs(query, ck, 16)
+    lines = [line.split() for line in workers.read_text().splitlines()]
+    failed_epochs = {e for e, r, _pid in lines if r == "a"}
+    pids = {pid for _e, _r, pid in lines}
+    assert len(failed_epochs) >= 16
+    # local[4,4]: at most 4 tasks at once, each with a source and a sink worker.
+    assert len(pids) <= 8, f"{len(pids)} Python workers staged slices in {len(failed_epochs)} epochs"
+    down.unlink()
+    query = start_to_delta(regional_stream(spark, inp, ck, maxRecordsPerRegion="2"), out, ck, target=FLAKY)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert_exactly_once_in_order(out, expected_rows(inputs))
+
+
 def test_failing_committer_falls_back_for_three_epochs_then_catches_up(spark, dirs):
     inp, out, ck = dirs
     inputs = add_epoch_of_files(inp, REGIONS, "001", 12)

@@ -111,6 +111,19 @@ class SliceGuard:
         self.rows += len(offsets)
 
 
+def drain(batches: Iterator[pa.RecordBatch]) -> None:
+    """Take the rest of a failed region's input. Spark moves it through the task's operators whether the sink
+    takes it or not (measured on 4.2), but a Python worker that returns with input left unread is not reused:
+    the next task forks and imports a new one, every epoch (measured: a query whose only region with work
+    fails ran 56 epochs a minute, 190 once drained). An upstream failure on the way still fails the task, as
+    it would have anyway."""
+    try:
+        for _batch in batches:
+            pass
+    except _Upstream as up:
+        raise up.original from None
+
+
 def check_dead_letter_path(dead_letter_path: str | None, target_options: Mapping[str, str]) -> None:
     """Dead letters go to a table of their own, never into the target's."""
     path = target_options.get("path")
@@ -189,6 +202,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
                 raise guard.error.original from None
             if not self._regional(files):
                 raise  # all-or-nothing: the target's error fails the query, as in plain Spark
+            drain(batches)
             return RegionalCommitMessage(self._failed(key, files, guard, exc))
         if guard.error is not None:  # the target swallowed an upstream failure
             raise guard.error.original from None
