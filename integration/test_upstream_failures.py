@@ -131,6 +131,37 @@ def test_region_timeout_publishes_prefixes_of_a_slow_region(spark, dirs):
     print(f"\nregionTimeout: slow region prefixes per epoch {prefixes}")
 
 
+def test_region_timeout_sizes_a_stragglers_next_ranges_to_the_timeout(spark, dirs):
+    """Small records: the straggler's whole range fits in the buffers between source and sink, so the
+    source's cut saves nothing; its next ranges are sized to what it did per regionTimeout instead, and the
+    healthy regions keep their ranges."""
+    inp, out, ck = dirs
+    inputs = add_epoch_of_files(inp, ["fast1", "fast2"], "001", 6000)
+    inputs |= add_epoch_of_files(inp, ["slow"], "001", 5000)
+
+    @F.udf("string")
+    def model(region: str, value: str) -> str:
+        if region == "slow":
+            time.sleep(0.001)  # 2,000 records (its first range): two seconds, twice the timeout
+        return value.upper()
+
+    df = regional_stream(spark, inp, ck, maxRecordsPerRegion="2000")
+    query = start(df.select("region", "offset", model("region", "value").alias("value")), out, ck,
+                  regionTimeout="1s")
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    epochs = regional.status(ck).epochs
+    slices = [e.committed["slow"].end - e.committed["slow"].start for e in epochs if "slow" in e.committed]
+    assert slices[0] == 2000 and sum(slices) == 5000
+    assert all(n < 2000 for n in slices[1:]), f"the straggler's later ranges were not sized down: {slices}"
+    fast = [e.committed["fast1"].end - e.committed["fast1"].start for e in epochs if "fast1" in e.committed]
+    assert fast == [2000, 2000, 2000]
+    assert all(not e.fallen_back for e in epochs)
+    assert_exactly_once_in_order(out, expected_rows(inputs))
+
+
 def test_a_quarantined_region_prints_regional_lines_not_stack_traces(tmp_path):
     """A poisoned UDF is a fault regional handles: its retries and quarantine print regional's own lines,
     not Spark's task-abort errors with the Python traceback (sessions built by regional.configure)."""

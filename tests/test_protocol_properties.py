@@ -58,7 +58,7 @@ def outcome(i, rr, kind, cut_at, query_id, attempt):
         return TaskOutcome(i, attempt, Status.MISSING, region=rr.region, reason="no receipt")
     end = rr.end if kind != "cut" else rr.start + 1 + cut_at % (rr.end - rr.start)
     task = TaskOutcome(i, attempt, Status.WRITTEN, query_id, rr.region, rr.start, end, end - rr.start, rr.start,
-                       end - 1, f"{rr.region}:{rr.start}:{end}")
+                       end - 1, f"{rr.region}:{rr.start}:{end}", seconds=(cut_at % 7) * 0.4)  # regionTimeout sizing
     return replace(task, start=rr.start + 1) if kind == "bad-receipt" else task
 
 
@@ -70,13 +70,14 @@ epochs_strategy = st.lists(
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(epochs_strategy, st.integers(1, 4), st.floats(0, 1))
-def test_every_offset_is_published_exactly_once_and_in_order(epochs, max_consecutive, ratio):
+@given(epochs_strategy, st.integers(1, 4), st.floats(0, 1), st.sampled_from([None, 1.0]))
+def test_every_offset_is_published_exactly_once_and_in_order(epochs, max_consecutive, ratio, timeout):
     with tempfile.TemporaryDirectory() as tmp:
         store = Store(tmp)
         query_id = store.open_query()
         target = LedgerTarget()
-        run_settings = Settings(max_consecutive_failures=max_consecutive, max_failure_ratio=ratio)
+        run_settings = Settings(max_consecutive_failures=max_consecutive, max_failure_ratio=ratio,
+                                region_timeout_s=timeout)
         available = dict.fromkeys(REGIONS, 0)
         written_up_to = dict.fromkeys(REGIONS, 0)
         epoch = 0

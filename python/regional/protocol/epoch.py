@@ -149,13 +149,15 @@ def plan_epoch(
     else 0. ``max_per_region`` and ``max_total`` are read limits (admission control). ``ends`` are a
     bounded input's final ends: the plan that reaches them everywhere is final. ``retention``: records
     below a region's log start are gone; the plan skips them (recorded in ``lost``) or fails. A region
-    that is isolating a poison record (``deadLetterPath``) reads the first half of its suspect range.
+    that is isolating a poison record (``deadLetterPath``) reads the first half of its suspect range. With
+    ``regionTimeout``, a straggler reads no more than its ``timed_range`` (see ``timed_range``).
     """
     backlog: dict[str, tuple[int, int]] = {}
     lost: dict[str, tuple[int, int]] = {}
     first = first_offsets or {}
     log_starts = retention.log_starts if retention else {}
     isolating = settings.enabled and settings.dead_letter_path is not None
+    timed = settings.enabled and settings.region_timeout_s is not None
     alone: set[str] = set()  # regions whose range is to be one suspect record
     for region in sorted(set(states) | set(available)):
         state = states.get(region)
@@ -172,6 +174,8 @@ def plan_epoch(
                 f"region {region!r} now ends at offset {end} but offsets up to {start} were already committed: "
                 "its input must be append-only; restore what was removed or start a new checkpointLocation"
             )
+        if timed and state is not None and state.timed_range is not None:
+            end = min(end, start + state.timed_range)  # a straggler: what it can do within regionTimeout
         if isolating and state is not None and state.isolating is not None and start < state.isolating[1]:
             end = min(end, isolation_end(start, state.isolating))
             if end == start + 1 == state.isolating[1]:
@@ -264,6 +268,7 @@ class TaskOutcome:
     reason: str | None = None
     region_rows: dict[str, int] | None = None  # an all-or-nothing task holding many regions: rows per region
     dead_letter: bytes | None = None  # quarantined isolated range: its records as the source read them (Arrow IPC)
+    seconds: float | None = None  # WRITTEN: from the source's first read to the end of the sink's writing
 
 
 class RegionOutcome(NamedTuple):
@@ -275,6 +280,7 @@ class RegionOutcome(NamedTuple):
     rows: int = 0
     reason: str | None = None
     dead_letter: bytes | None = None  # DEAD_LETTERED: the record, as the source read it (Arrow IPC)
+    seconds: float | None = None  # WRITTEN: how long its slice took, from the source's first read to the target
 
 
 def outcomes_from_tasks(plan: EpochPlan, tasks: Sequence[TaskOutcome | None]) -> dict[str, RegionOutcome]:
@@ -330,7 +336,7 @@ def _checked(plan: EpochPlan, i: int, rr: RegionRange, task: TaskOutcome | None)
             f"outside what its source read, [{rr.start}, {task.end}); the offset column must be the source's"
         )
     # Rows the query filtered out still count as done: the source read them.
-    return RegionOutcome(rr.region, Status.WRITTEN, task.end, task.rows)
+    return RegionOutcome(rr.region, Status.WRITTEN, task.end, task.rows, seconds=task.seconds)
 
 
 def outcomes_all_or_nothing(plan: EpochPlan, tasks: Sequence[TaskOutcome | None]) -> dict[str, RegionOutcome]:
@@ -434,6 +440,8 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
     else:
         kind, reason = EpochKind.REGIONAL, None
 
+    timeout = settings.region_timeout_s if settings.enabled else None
+    slow = straggler_cost(plan, seen) if timeout is not None else None
     committed: dict[str, Slice] = {}
     fallen_back: dict[str, FallBack] = {}
     dead_lettered: dict[str, DeadLetter] = {}
@@ -449,12 +457,17 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
             if outcome.status is Status.DEAD_LETTERED:
                 dead_lettered[rr.region] = DeadLetter(rr.start, outcome.reason or UNKNOWN_CAUSE)
                 regions[rr.region] = RegionState(outcome.end, plan.epoch,
-                                                 dead_letters=state.dead_letters + (rr.end - rr.start))
+                                                 dead_letters=state.dead_letters + (rr.end - rr.start),
+                                                 timed_range=state.timed_range if timeout else None)
                 continue
             committed[rr.region] = Slice(rr.start, outcome.end, outcome.rows, cut=outcome.end < rr.end)
-            regions[rr.region] = RegionState(outcome.end, plan.epoch,
-                                             isolating=rest_of_isolation(state.isolating, outcome.end),
-                                             dead_letters=state.dead_letters)
+            span = outcome.end - rr.start
+            regions[rr.region] = RegionState(
+                outcome.end, plan.epoch, isolating=rest_of_isolation(state.isolating, outcome.end),
+                dead_letters=state.dead_letters,
+                timed_range=None if timeout is None else timed_range(
+                    timeout, state.timed_range, span, outcome.seconds,
+                    slow is not None and outcome.seconds is not None and outcome.seconds > slow * span))
             continue
         own = failed.get(rr.region)
         why = own.reason if own and own.reason else f"epoch aborted: {reason}"
@@ -464,7 +477,8 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
         counted = own is not None and not narrowed
         regions[rr.region] = RegionState(
             rr.start, state.last_epoch, 0 if reset_counters else state.consecutive_failures + counted,
-            Standing.QUARANTINED if quarantined else Standing.FALLEN_BACK, why, isolating, state.dead_letters)
+            Standing.QUARANTINED if quarantined else Standing.FALLEN_BACK, why, isolating, state.dead_letters,
+            state.timed_range if timeout else None)
         ref = regions[rr.region].ref_epoch
         fallen_back[rr.region] = FallBack(-1 if ref is None else ref, why, quarantined)
     planned = {rr.region for rr in plan.regions}
@@ -474,6 +488,42 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
     regional = (previous.regional_epochs if previous else 0) + (kind is EpochKind.REGIONAL)
     return EpochRecord(plan.epoch, kind, committed, fallen_back, regions, reason, regional, now, dict(plan.lost),
                        dead_lettered)
+
+
+# regionTimeout (FLIP-76: a slow part must not hold the epoch hostage). The source's cut cannot save what is
+# already between it and the sink when the clock runs out (Spark moves it through the UDF anyway: all of a
+# small range), so a straggler's next ranges are sized to what it did within the timeout instead.
+STRAGGLER_COST = 2.0  # a region is a straggler when an offset costs it this many times the epoch's median
+MIN_TIMED_RANGE = 100  # the smallest range a straggler is given (the source's timed read batch)
+
+
+def straggler_cost(plan: EpochPlan, seen: Mapping[str, RegionOutcome]) -> float | None:
+    """Seconds per offset above which a written region counts as a straggler in this epoch: ``STRAGGLER_COST``
+    times the median over the epoch's written regions. Relative, so that slowness every region shares (a
+    loaded machine, a timeout below the tasks' own overhead) sizes no one down."""
+    costs = sorted(o.seconds / (o.end - rr.start) for rr in plan.regions
+                   if (o := seen[rr.region]).status is Status.WRITTEN and o.seconds is not None and o.end > rr.start)
+    return STRAGGLER_COST * costs[len(costs) // 2] if costs else None
+
+
+def timed_range(timeout: float, cap: int | None, span: int, seconds: float | None, straggler: bool) -> int | None:
+    """The most offsets a region's next range may hold, from its slice of ``span`` offsets that took ``seconds``
+    (``cap``: its limit so far; None: no limit of its own).
+
+    - Over time: a straggler (or a region already limited) gets what it did per ``timeout``, at least
+      ``MIN_TIMED_RANGE``.
+    - In time with its whole limit used: the limit grows, at most twice.
+    - In time with less than its limit: no limit; a later overrun sizes it again.
+    - Unmeasured: unchanged."""
+    if seconds is None or span <= 0:
+        return cap
+    if seconds > timeout:
+        if cap is None and not straggler:
+            return None
+        return max(MIN_TIMED_RANGE, int(span * timeout / seconds))
+    if cap is not None and span >= cap:
+        return max(MIN_TIMED_RANGE, int(cap * min(2.0, timeout / max(seconds, 1e-3))))
+    return None
 
 
 def narrows(state: RegionState | None, rr: RegionRange) -> bool:

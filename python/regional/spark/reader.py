@@ -207,9 +207,11 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, RegionPartition)
         p = partition
         files = TaskFiles(TaskKey.current())
+        started_at = time.time()
 
         def receipt(status: ReadStatus, end: int) -> None:
-            files.write_receipt(ReadReceipt(p.query_id, p.epoch, p.region, p.start, end, status, p.regional))
+            files.write_receipt(ReadReceipt(p.query_id, p.epoch, p.region, p.start, end, status, p.regional,
+                                            started_at))
 
         if p.regional and files.key.attempt >= p.region_attempts:
             # Quarantine: earlier attempts failed upstream of the sink. Read nothing, so that

@@ -50,6 +50,7 @@ class ReadReceipt:
     end: int  # exclusive end of what was read
     status: ReadStatus
     regional: bool  # the plan's settings allow regional epochs (else target failures fail the query)
+    started_at: float  # wall-clock seconds when the source began reading (same host as the sink)
 
     def to_json(self) -> str:
         return json.dumps({**asdict(self), "status": self.status.value})
@@ -58,7 +59,7 @@ class ReadReceipt:
     def from_json(cls, text: str) -> ReadReceipt:
         d = json.loads(text)
         return cls(str(d["query_id"]), int(d["epoch"]), str(d["region"]), int(d["start"]), int(d["end"]),
-                   ReadStatus(d["status"]), bool(d["regional"]))
+                   ReadStatus(d["status"]), bool(d["regional"]), float(d["started_at"]))
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,9 @@ class SinkWatch:
     one task thread moves rows source -> UDF -> sink, so what is already in the buffers between them when the
     deadline passes is still processed and published. A cut in the sink does not help either (tried): when a
     Python sink returns before reading all its input, Spark still runs the rest of the task's input through
-    the operators before it (the UDF) before the task ends; the cut only discards finished work."""
+    the operators before it (the UDF) before the task ends; the cut only discards finished work. Checked
+    again: a source that waits while it is ahead of the sink stalls the task (the sink receives nothing
+    until the source yields again). What bounds a straggler's epoch is planning: ``protocol.epoch.timed_range``."""
 
     def __init__(self, files: TaskFiles, timeout: float, startup_grace: float = 10.0) -> None:
         self.files = files

@@ -10,6 +10,7 @@ status, not an exception, so the epoch goes on without the region. ``commit`` ha
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -238,7 +239,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
                          start=receipt.start, end=receipt.start, dead_letter=dead_letter,
                          reason=f"quarantined: {key.attempt} attempts failed upstream of the sink")
         return replace(base, status=Status.WRITTEN, query_id=receipt.query_id, region=region, start=receipt.start,
-                     end=receipt.end)
+                     end=receipt.end, seconds=max(time.time() - receipt.started_at, 0.0))
 
     def _failed(self, key: TaskKey, files: TaskFiles, guard: SliceGuard, exc: BaseException,
                 handle: Any = None) -> TaskOutcome:

@@ -46,6 +46,9 @@ class RegionState(NamedTuple):
     # epochs plan the region in halves of it until that record stands alone (DESIGN.md section 3).
     isolating: tuple[int, int] | None = None
     dead_letters: int = 0  # records of this region sent to the dead-letter table so far
+    # regionTimeout: the most offsets its next range may hold, sized from how long its last slices took
+    # (``protocol.epoch.timed_range``); None: no limit of its own.
+    timed_range: int | None = None
 
     @property
     def ref_epoch(self) -> int | None:
@@ -79,7 +82,7 @@ def _standing(value: Any) -> Standing:
 # and parses several times faster than an object per region: at 10,000 regions the record is read twice and
 # written twice per epoch (planning, deciding, the intent, the record), and that was most of the driver's work.
 REGION_COLUMNS = ("id", "committed_offset", "last_epoch", "consecutive_failures", "state", "reason", "isolating",
-                  "dead_letters")
+                  "dead_letters", "timed_range")
 
 
 def regions_to_columns(regions: Mapping[str, RegionState]) -> dict[str, list[Any]]:
@@ -93,6 +96,7 @@ def regions_to_columns(regions: Mapping[str, RegionState]) -> dict[str, list[Any
         "reason": [s.reason for s in states],
         "isolating": [None if s.isolating is None else list(s.isolating) for s in states],
         "dead_letters": [s.dead_letters for s in states],
+        "timed_range": [s.timed_range for s in states],
     }
 
 
@@ -102,8 +106,9 @@ def regions_from_columns(data: Mapping[str, Any]) -> dict[str, RegionState]:
     return {
         str(r): RegionState(int(offset), None if last is None else int(last), int(failures), _standing(standing),
                             None if reason is None else str(reason),
-                            None if isolating is None else (int(isolating[0]), int(isolating[1])), int(letters))
-        for r, offset, last, failures, standing, reason, isolating, letters in zip(*columns, strict=True)
+                            None if isolating is None else (int(isolating[0]), int(isolating[1])), int(letters),
+                            None if timed is None else int(timed))
+        for r, offset, last, failures, standing, reason, isolating, letters, timed in zip(*columns, strict=True)
     }
 
 
