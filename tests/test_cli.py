@@ -124,3 +124,15 @@ def test_status_and_timeline_show_dead_letters_and_isolating_ranges(tmp_path):
     assert outcome_grid(st).cells == [[COMMITTED, IDLE], [QUARANTINED, DEAD_LETTERED]]
     first = status(tmp_path, epochs=None)
     assert first.epochs[0].regions["p"].isolating == (0, 30)
+
+
+def test_status_shows_a_stragglers_range_limit(tmp_path):
+    store = Store(tmp_path)
+    store.open_query()
+    store.write_record(EpochRecord(0, EpochKind.GLOBAL, {"a": Slice(0, 30, 30), "s": Slice(0, 30, 30)}, {},
+                                   {"a": RegionState(30, 0), "s": RegionState(30, 0, timed_range=125)}))
+    st = status(tmp_path)
+    line = next(line for line in st.render().splitlines() if line.strip().startswith("s "))
+    assert "straggler: ranges of at most 125 offsets (regionTimeout)" in line
+    shown = json.loads(run("status", str(tmp_path), "--json").stdout)
+    assert shown["regions"]["s"]["timed_range"] == 125 and shown["regions"]["a"]["timed_range"] is None

@@ -92,7 +92,7 @@ class QueryStatus:
                 "ref_age_epochs": age_epochs, "ref_age_seconds": None if age_s is None else round(age_s, 3),
                 "consecutive_failures": s.consecutive_failures, "reason": s.reason,
                 "retention_headroom": self.retention_headroom(region), "dead_letters": s.dead_letters,
-                "isolating": None if s.isolating is None else list(s.isolating)}
+                "isolating": None if s.isolating is None else list(s.isolating), "timed_range": s.timed_range}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -140,6 +140,8 @@ class QueryStatus:
                 why = f"  ({s.reason})" if s.reason and s.ref_epoch is not None else ""
                 if s.isolating is not None:
                     why = f"  isolating offsets [{s.isolating[0]}, {s.isolating[1]}){why}"
+                if s.timed_range is not None:
+                    why += f"  straggler: ranges of at most {s.timed_range} offsets (regionTimeout)"
                 lines.append(f"  {region:<{width}}  {s.committed_offset:>10}  {_dash(latest):>10}  {_dash(lag):>8}  "
                              f"{_dash(s.ref_epoch):>9}  {age:>12}  {s.consecutive_failures:>8}  "
                              + (f"{_dash(self.retention_headroom(region)):>9}  " if headroom else "")
