@@ -17,6 +17,7 @@ import datetime
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -147,11 +148,15 @@ def main(argv: list[str] | None = None) -> int:
         print(report)
         (out / "benchmarks").mkdir(parents=True, exist_ok=True)
         (out / "benchmarks" / "last-run.json").write_text(json.dumps([r.__dict__ for r in rows], indent=1))
-    for name in filter(None, args.others.split(",")):
+    others = [name for name in args.others.split(",") if name]
+    for name in others:
         if name not in OTHERS:
             parser.error(f"--with: no module {name!r}; choose from {','.join(OTHERS)}")
-        module = __import__(f"benchmarks.{name}", fromlist=["main"])
-        module.main([*OTHERS[name][0 if args.quick else 1], "--out", str(target)])
+    for name in others:
+        # A process of its own: each needs jars of its own (spark.jars.packages), which a JVM that is already
+        # running (this process's, from the scenarios above) does not load ("Failed to find data source: kafka").
+        subprocess.run([sys.executable, "-m", f"benchmarks.{name}", *OTHERS[name][0 if args.quick else 1],
+                        "--out", str(target)], cwd=ROOT, check=True)
     return 0
 
 

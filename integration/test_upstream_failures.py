@@ -30,6 +30,36 @@ def start(df, out, ck, **options):
     return writer.start()
 
 
+def straggler_udf(slow: str = "slow", per_record_s: float = 0.001):
+    """An upper-casing UDF that sleeps ``per_record_s`` on every record of region ``slow``: a straggler."""
+
+    @F.udf("string")
+    def model(region: str, value: str) -> str:
+        if region == slow:
+            time.sleep(per_record_s)
+        return value.upper()
+
+    return model
+
+
+def run_with_region_timeout(spark, dirs, model, per_region: int) -> list:
+    """Run the files in ``dirs`` through ``model`` with regionTimeout=1s until all are published; the epochs."""
+    inp, out, ck = dirs
+    df = regional_stream(spark, inp, ck, maxRecordsPerRegion=str(per_region))
+    query = start(df.select("region", "offset", model("region", "value").alias("value")), out, ck,
+                  regionTimeout="1s")
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    return regional.status(ck).epochs
+
+
+def slices_of(epochs, region: str) -> list[int]:
+    """How many offsets ``region`` committed in each epoch that committed any."""
+    return [e.committed[region].end - e.committed[region].start for e in epochs if region in e.committed]
+
+
 def test_poisoned_udf_quarantines_its_region_until_the_cause_is_gone(spark, dirs, tmp_path):
     inp, out, ck = dirs
     poison = tmp_path / "poison"
@@ -94,38 +124,25 @@ def test_a_killed_python_worker_is_a_plain_retry(spark, dirs, tmp_path):
 
 
 def test_region_timeout_publishes_prefixes_of_a_slow_region(spark, dirs):
-    inp, out, ck = dirs
+    inp, out, _ck = dirs
     inputs = add_epoch_of_files(inp, ["fast1", "fast2"], "001", 40000)
     # 4 KB records, like documents sent to a model: a backlog of 12,000 of them is more than the
     # buffers between source and sink hold (about 5,000 of them measured), so the source's cut bites.
     inputs |= add_epoch_of_files(inp, ["slow"], "001", 12000, pad=4000)
-
-    @F.udf("string")
-    def model(region: str, value: str) -> str:
-        if region == "slow":
-            time.sleep(0.001)  # the whole backlog takes twelve seconds: twelve times the timeout
-        return value.upper()
+    model = straggler_udf()  # the whole backlog takes twelve seconds: twelve times the timeout
 
     # The sink takes rows in Arrow batches of maxRecordsPerBatch (10,000 by default): what is in
     # flight when the deadline passes includes one such batch, so slow per-row work wants them small.
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
     try:
-        df = regional_stream(spark, inp, ck, maxRecordsPerRegion="20000")
-        query = start(df.select("region", "offset", model("region", "value").alias("value")), out, ck,
-                      regionTimeout="1s")
-        try:
-            query.processAllAvailable()
-        finally:
-            query.stop()
+        epochs = run_with_region_timeout(spark, dirs, model, per_region=20000)
     finally:
         spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
-    epochs = regional.status(ck).epochs
-    prefixes = [e.committed["slow"].end - e.committed["slow"].start for e in epochs if "slow" in e.committed]
+    prefixes = slices_of(epochs, "slow")
     assert sum(prefixes) == 12000
     assert len(prefixes) >= 2 and prefixes[0] < 12000, f"the slow region was not cut: {prefixes}"
-    fast_epochs = [e for e in epochs if "fast1" in e.committed]
-    assert [e.committed["fast1"].end - e.committed["fast1"].start for e in fast_epochs] == [20000, 20000]
-    assert [e.epoch for e in fast_epochs] == [0, 1]  # the fast regions did not wait for the slow one
+    assert slices_of(epochs, "fast1") == [20000, 20000]
+    assert [e.epoch for e in epochs if "fast1" in e.committed] == [0, 1]  # the fast regions did not wait
     assert all(not e.fallen_back for e in epochs)
     assert_exactly_once_in_order(out, expected_rows(inputs))
     print(f"\nregionTimeout: slow region prefixes per epoch {prefixes}")
@@ -135,29 +152,15 @@ def test_region_timeout_sizes_a_stragglers_next_ranges_to_the_timeout(spark, dir
     """Small records: the straggler's whole range fits in the buffers between source and sink, so the
     source's cut saves nothing; its next ranges are sized to what it did per regionTimeout instead, and the
     healthy regions keep their ranges."""
-    inp, out, ck = dirs
+    inp, out, _ck = dirs
     inputs = add_epoch_of_files(inp, ["fast1", "fast2"], "001", 6000)
     inputs |= add_epoch_of_files(inp, ["slow"], "001", 5000)
-
-    @F.udf("string")
-    def model(region: str, value: str) -> str:
-        if region == "slow":
-            time.sleep(0.001)  # 2,000 records (its first range): two seconds, twice the timeout
-        return value.upper()
-
-    df = regional_stream(spark, inp, ck, maxRecordsPerRegion="2000")
-    query = start(df.select("region", "offset", model("region", "value").alias("value")), out, ck,
-                  regionTimeout="1s")
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
-    epochs = regional.status(ck).epochs
-    slices = [e.committed["slow"].end - e.committed["slow"].start for e in epochs if "slow" in e.committed]
+    model = straggler_udf()  # 2,000 records (its first range): two seconds, twice the timeout
+    epochs = run_with_region_timeout(spark, dirs, model, per_region=2000)
+    slices = slices_of(epochs, "slow")
     assert slices[0] == 2000 and sum(slices) == 5000
     assert all(n < 2000 for n in slices[1:]), f"the straggler's later ranges were not sized down: {slices}"
-    fast = [e.committed["fast1"].end - e.committed["fast1"].start for e in epochs if "fast1" in e.committed]
-    assert fast == [2000, 2000, 2000]
+    assert slices_of(epochs, "fast1") == [2000, 2000, 2000]
     assert all(not e.fallen_back for e in epochs)
     assert_exactly_once_in_order(out, expected_rows(inputs))
 
