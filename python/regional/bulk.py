@@ -18,7 +18,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def per_region(work: Callable[P, R]) -> Callable[P, R]:
+def cyclic_gc_paused(work: Callable[P, R]) -> Callable[P, R]:
     """Run ``work`` with the cyclic garbage collector paused (and restored however ``work`` ends)."""
 
     @functools.wraps(work)

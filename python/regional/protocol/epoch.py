@@ -28,7 +28,7 @@ from enum import Enum
 from typing import Any, NamedTuple, Protocol
 
 from regional import failpoints
-from regional.bulk import per_region
+from regional.bulk import cyclic_gc_paused
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalPlanError, RegionalStoreError
 from regional.protocol.settings import Settings
 from regional.store.model import (
@@ -127,7 +127,7 @@ class Retention:
     fail_on_data_loss: bool = True
 
 
-@per_region
+@cyclic_gc_paused
 def plan_epoch(
     epoch: int,
     query_id: str,
@@ -557,7 +557,7 @@ class EpochStore(Protocol):
     def read_failures(self, epoch: int) -> dict[int, list[TaskFailure]]: ...
 
 
-@per_region
+@cyclic_gc_paused
 def commit_epoch(plan: EpochPlan, tasks: Sequence[TaskOutcome | None], store: EpochStore, target: Target,
                  mixed: bool = False) -> EpochRecord:
     """Phase two of one epoch, on the driver. Idempotent: a re-run after a crash publishes nothing twice

@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from regional.bulk import per_region
+from regional.bulk import cyclic_gc_paused
 from regional.errors import RegionalConfigError, RegionalStoreError
 from regional.store import files
 from regional.store.model import EpochRecord, Intent, QueryPlanCheck, RegionState, TaskFailure
@@ -157,7 +157,7 @@ class Store:
         """Epoch numbers that have a record, ascending."""
         return _numbered_files(self._epochs)
 
-    @per_region
+    @cyclic_gc_paused
     def read_record(self, epoch: int) -> EpochRecord | None:
         return _read_epoch_file(self._epochs / _name(epoch), "epoch", epoch, EpochRecord.from_json,
                                 lambda r: r.epoch)
