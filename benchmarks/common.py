@@ -34,7 +34,8 @@ class Mode:
 
 
 QUICK = Mode("quick", 8_000, 2, 2_000, 4, 1, 12.0, 800, (16, 1_000, 10_000), 300, 200)
-FULL = Mode("full", 62_500, 4, 10_000, 8, 2, 40.0, 3_000, (16, 1_000, 10_000), 1000, 1_000)
+# Scenario 2's window is 40 s; at ~30k healthy rows/s its 15 healthy regions need 14 files each to last it.
+FULL = Mode("full", 62_500, 4, 10_000, 14, 2, 40.0, 3_000, (16, 1_000, 10_000), 1000, 1_000)
 LINE_PAD = "payload-" * 22  # with the prefix, lines of about 200 bytes
 
 
@@ -169,6 +170,10 @@ class Sampler(Periodic):
     def stop(self) -> list[tuple[float, int]]:
         self._halt()
         return self.samples
+
+    def count_at(self, t: float) -> int:
+        """The count sampled last at or before ``t`` (0 before the first sample)."""
+        return max((n for at, n in self.samples if at <= t), default=0)
 
     def rate(self, start: float, end: float) -> float:
         inside = [(t, n) for t, n in self.samples if start <= t <= end]

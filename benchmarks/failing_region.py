@@ -109,6 +109,9 @@ def run(spark, work: Path, mode: Mode, inp: Path, png: Path) -> list[Row]:
         stock_fail.append(sfail.rate(*sfail.window) * healthy_share)
         restarts.append(n)
         plot = (faulty, sfail)
+    # A rate over a window in which the input ran out is diluted by the idle rest: say whether it lasted.
+    healthy_input = (len(REGIONS) - 1) * mode.rows_per_file * mode.files_per_region
+    lasted = all(s.count_at(s.window[1]) < healthy_input for s in (base, faulty))
     reg_ratio = statistics.median(reg_fail) / statistics.median(reg_free)
     stock_ratio = statistics.median(stock_fail) / max(statistics.median(stock_free), 1e-9)
     if plot is not None:
@@ -118,7 +121,9 @@ def run(spark, work: Path, mode: Mode, inp: Path, png: Path) -> list[Row]:
                 f"{reg_ratio:.2f}x", ">= 0.9x fault-free", "yes" if reg_ratio >= 0.9 else "no",
                 [f"healthy rows/s fault-free / in the window: regional {spread(reg_free)} / {spread(reg_fail)}, "
                  f"stock {spread(stock_free)} / {spread(stock_fail)} (stock restarted {spread(restarts)} times "
-                 "by the supervisor loop)"])]
+                 "by the supervisor loop)",
+                 f"the healthy regions' input ({healthy_input:,} lines) lasted the whole window in the last regional "
+                 f"runs: {'yes' if lasted else 'NO (the rates are diluted)'}"])]
 
 
 def draw_scenario_2(reg: Sampler, stock: Sampler, png: Path) -> None:
