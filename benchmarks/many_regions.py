@@ -17,21 +17,24 @@ from pathlib import Path
 import pyarrow as pa
 
 from benchmarks.common import Footprint, Mode, Row, delta_rows
-from regional.protocol.epoch import Status, TaskOutcome, commit_epoch, plan_epoch
+from regional.coordinator import commit_epoch
+from regional.protocol.decide import Outcome, TaskOutcome
+from regional.protocol.plan import plan_epoch
 from regional.protocol.settings import Settings
 from regional.store import Store
 from regional.targets import load_target
+from regional.targets.base import Target
 
 ACTIVE = 10  # regions with data per epoch
 
 
-class NullTarget:
+class NullTarget(Target):
     """Publishes nothing: the driver's own work, timed without a target's."""
 
     def prepare(self, epoch, region, batches):
         raise AssertionError("not used")
 
-    def commit(self, epoch, handles):
+    def commit(self, epoch, handles, report=None):
         pass
 
     def abort(self, epoch, handles):
@@ -56,7 +59,7 @@ def driver_work(work: Path, regions: int, epochs: int = 6) -> dict[str, float]:
             planned = time.perf_counter()
             handles = {rr.region: None if target_name == "null" else target.prepare(epoch, rr.region, iter([batch]))
                        for rr in plan.regions}
-            reports = [TaskOutcome(i, 0, Status.WRITTEN, query_id, rr.region, rr.start, rr.end, 10, rr.start,
+            reports = [TaskOutcome(i, 0, Outcome.WRITTEN, query_id, rr.region, rr.start, rr.end, 10, rr.start,
                                    rr.end - 1, handles[rr.region]) for i, rr in enumerate(plan.regions)]
             staged = time.perf_counter()
             commit_epoch(plan, reports, store, target)
@@ -78,7 +81,8 @@ def store_sizes(work: Path, mode: Mode) -> list[tuple[int, int]]:
     for epoch in range(mode.store_epochs):
         plan = plan_epoch(epoch, query_id, str(store.checkpoint), store.region_states(),
                           dict.fromkeys(regions, epoch + 1), Settings())
-        reports = [TaskOutcome(i, 0, Status.FAILED if (rr.region == regions[0] and epoch % 50 < 10) else Status.WRITTEN,
+        down = epoch % 50 < 10
+        reports = [TaskOutcome(i, 0, Outcome.FAILED if (rr.region == regions[0] and down) else Outcome.WRITTEN,
                                query_id, rr.region, rr.start, rr.end, 1, rr.start, rr.end - 1, None, "down")
                    for i, rr in enumerate(plan.regions)]
         commit_epoch(plan, reports, store, NullTarget())

@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 
 import regional
 from integration.helpers import add_epoch_of_files, assert_exactly_once, poison_udf, regional_stream
+from regional.cli.status import render
 from regional.store import Store
 
 REGIONS = ["a", "b", "c", "d", "e"]
@@ -73,14 +74,14 @@ def test_poison_records_are_isolated_to_the_record_while_healthy_regions_flow(sp
     assert len(epochs) <= 2 * per_poison + 1, len(epochs)
     assert {r: (s.dead_letters, s.isolating, s.committed_offset) for r, s in st.regions.items() if r in "ab"} == {
         "a": (2, None, ROWS), "b": (2, None, ROWS)}
-    assert "dead" in st.render() and "offset 37 dead-lettered: ValueError: poison record a-001-37" in st.render()
+    assert "dead" in render(st) and "offset 37 dead-lettered: ValueError: poison record a-001-37" in render(st)
     logged = [m for m in caplog.messages if "dead-lettered to" in m]
     assert len(logged) == len(poison), logged
     print(f"\ndead letters: {len(poison)} poison records isolated in {len(epochs)} epochs")
 
 
 def describe(e):
-    from regional.protocol.epoch import describe as one_line
+    from regional.store.model import describe as one_line
 
     return one_line(e)
 

@@ -19,7 +19,7 @@ from integration.helpers import (
     start_to_delta,
     wait_for_epochs,
 )
-from regional.spark import shim
+from regional.shim_jar import build
 
 REGIONS = ["a", "b", "c", "d"]
 FLAKY = "python:integration.faults:FlakyDelta"
@@ -44,7 +44,7 @@ def test_the_session_has_every_shim_feature(spark):
 
 
 def test_the_shim_builds_from_its_sources(tmp_path):
-    jar = shim.build(out=tmp_path / "shim.jar")
+    jar = build(out=tmp_path / "shim.jar")
     names = set(zipfile.ZipFile(jar).namelist())
     for cls in ("RegionalShim", "RegionalCheckpointFileManager", "FailureListener", "RegionalExtensions"):
         assert f"io/regional/shim/{cls}.class" in names

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from regional.protocol.epoch import EpochPlan, Status, TaskOutcome
+from regional.protocol.decide import Outcome, TaskOutcome
+from regional.protocol.plan import EpochPlan
+from regional.targets.base import Target
 
 QUERY = "00000000-0000-4000-8000-000000000001"
 
 
-class MemoryTarget:
+class MemoryTarget(Target):
     """A two-phase target that keeps what it published in memory and publishes an epoch at most once."""
 
     def __init__(self, options=None):
@@ -18,7 +20,7 @@ class MemoryTarget:
     def prepare(self, epoch, region, batches):
         raise AssertionError("not used here")
 
-    def commit(self, epoch, handles):
+    def commit(self, epoch, handles, report=None):
         if self.fail_commit:
             raise RuntimeError("target down")
         self.commits.setdefault(epoch, dict(handles))
@@ -37,12 +39,12 @@ def tasks_for(plan: EpochPlan, failing=(), quarantined=(), cut=None, attempt=0, 
     for i, r in enumerate(plan.regions):
         qid = query_id or plan.query_id
         if r.region in failing:
-            out.append(TaskOutcome(i, attempt, Status.FAILED, region=r.region, reason="boom"))
+            out.append(TaskOutcome(i, attempt, Outcome.FAILED, region=r.region, reason="boom"))
         elif r.region in quarantined:
-            out.append(TaskOutcome(i, attempt, Status.QUARANTINED, qid, r.region, r.start, r.start,
+            out.append(TaskOutcome(i, attempt, Outcome.QUARANTINED, qid, r.region, r.start, r.start,
                                    reason="quarantined"))
         else:
             end = cut.get(r.region, r.end)
-            out.append(TaskOutcome(i, attempt, Status.WRITTEN, qid, r.region, r.start, end, end - r.start,
+            out.append(TaskOutcome(i, attempt, Outcome.WRITTEN, qid, r.region, r.start, end, end - r.start,
                                    r.start, end - 1, f"{r.region}@{r.start}-{end}#{attempt}"))
     return out

@@ -5,9 +5,10 @@ import subprocess
 import sys
 import time
 
-from regional.cli.status import status
+from regional.cli.status import render
 from regional.cli.timeline import COMMITTED, CUT, FALLEN_BACK, IDLE, MAX_ROWS, QUARANTINED, outcome_grid
 from regional.store import EpochKind, EpochRecord, FallBack, RegionState, Slice, Standing, Store, files
+from regional.store.status import status
 
 
 def a_store(tmp_path, now):
@@ -116,8 +117,8 @@ def test_status_and_timeline_show_dead_letters_and_isolating_ranges(tmp_path):
                                    dead_lettered={"p": DeadLetter(7, "ValueError: bad")}))
     st = status(tmp_path)
     assert st.regions["p"].dead_letters == 1 and st.progress().dead_letters == 1
-    assert "p: offset 7 dead-lettered: ValueError: bad" in st.render()
-    assert "dead-lettered 1 [p@7]" in st.render()
+    assert "p: offset 7 dead-lettered: ValueError: bad" in render(st)
+    assert "dead-lettered 1 [p@7]" in render(st)
     shown = json.loads(run("status", str(tmp_path), "--json").stdout)
     assert shown["regions"]["p"]["dead_letters"] == 1
     assert shown["epochs"][1]["dead_lettered"] == {"p": {"offset": 7, "error": "ValueError: bad"}}
@@ -132,7 +133,7 @@ def test_status_shows_a_stragglers_range_limit(tmp_path):
     store.write_record(EpochRecord(0, EpochKind.GLOBAL, {"a": Slice(0, 30, 30), "s": Slice(0, 30, 30)}, {},
                                    {"a": RegionState(30, 0), "s": RegionState(30, 0, timed_range=125)}))
     st = status(tmp_path)
-    line = next(line for line in st.render().splitlines() if line.strip().startswith("s "))
+    line = next(line for line in render(st).splitlines() if line.strip().startswith("s "))
     assert "straggler: ranges of at most 125 offsets (regionTimeout)" in line
     shown = json.loads(run("status", str(tmp_path), "--json").stdout)
     assert shown["regions"]["s"]["timed_range"] == 125 and shown["regions"]["a"]["timed_range"] is None

@@ -11,18 +11,12 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from regional.coordinator import commit_epoch
 from regional.dead_letters import encode_records
 from regional.errors import RegionalConfigError
 from regional.inputs.files import SCHEMA, batch_of
-from regional.protocol.epoch import (
-    RegionRange,
-    Status,
-    TaskOutcome,
-    commit_epoch,
-    decide,
-    outcomes_from_tasks,
-    plan_epoch,
-)
+from regional.protocol.decide import Outcome, TaskOutcome, decide, outcomes_from_tasks
+from regional.protocol.plan import RegionRange, plan_epoch
 from regional.protocol.settings import Settings, resolve_settings
 from regional.store import EpochKind, EpochRecord, RegionState, Standing, Store
 from support import MemoryTarget
@@ -50,10 +44,10 @@ def run_attempts(plan, fails: dict[str, dict[int, float]], attempts: int = ATTEM
             failed += 1
         if failed == attempts:
             letter = record_bytes(rr.region, rr.start) if rr.isolated else None
-            out.append(TaskOutcome(i, attempts, Status.QUARANTINED, plan.query_id, rr.region, rr.start, rr.start,
+            out.append(TaskOutcome(i, attempts, Outcome.QUARANTINED, plan.query_id, rr.region, rr.start, rr.start,
                                    reason="quarantined", dead_letter=letter))
         else:
-            out.append(TaskOutcome(i, failed, Status.WRITTEN, plan.query_id, rr.region, rr.start, rr.end,
+            out.append(TaskOutcome(i, failed, Outcome.WRITTEN, plan.query_id, rr.region, rr.start, rr.end,
                                    rr.end - rr.start, rr.start, rr.end - 1, f"{rr.region}@{rr.start}"))
     return out
 
@@ -99,13 +93,13 @@ def test_an_isolated_record_is_not_dead_lettered_in_an_aborted_epoch_but_what_fa
     states = {"a": RegionState(0, None, 0, Standing.QUARANTINED, "q", isolating=(0, 1)), "b": RegionState(0)}
     plan = plan_epoch(5, "q", "ck", states, {"a": 9, "b": 3}, s)
     assert [(r.region, r.start, r.end, r.isolated) for r in plan.regions] == [("a", 0, 1, True), ("b", 0, 3, False)]
-    tasks = [TaskOutcome(0, ATTEMPTS, Status.QUARANTINED, "q", "a", 0, 0, dead_letter=record_bytes("a", 0)),
-             TaskOutcome(1, 0, Status.FAILED, region="b", reason="target down")]
+    tasks = [TaskOutcome(0, ATTEMPTS, Outcome.QUARANTINED, "q", "a", 0, 0, dead_letter=record_bytes("a", 0)),
+             TaskOutcome(1, 0, Outcome.FAILED, region="b", reason="target down")]
     previous = EpochRecord(4, EpochKind.REGIONAL, {}, {}, states)
     record = decide(plan, outcomes_from_tasks(plan, tasks), previous)
     assert record.kind is EpochKind.ABORTED and not record.dead_lettered
     assert record.regions["a"].committed_offset == 0 and record.regions["a"].isolating == (0, 1)
-    healthy = TaskOutcome(1, 0, Status.WRITTEN, "q", "b", 0, 3, 3, 0, 2, "h")
+    healthy = TaskOutcome(1, 0, Outcome.WRITTEN, "q", "b", 0, 3, 3, 0, 2, "h")
     record = decide(plan, outcomes_from_tasks(plan, [tasks[0], healthy]), previous)
     assert record.kind is EpochKind.GLOBAL and record.dead_lettered["a"].offset == 0
 
@@ -114,9 +108,9 @@ def test_a_dead_letter_without_its_record_is_a_fall_back_not_done():
     s = with_dead_letters()
     plan = plan_epoch(3, "q", "ck", {}, {"a": 1}, s)
     plan = type(plan)(plan.query_id, plan.epoch, plan.store, (RegionRange("a", 0, 1, None, True),), s)
-    task = TaskOutcome(0, ATTEMPTS, Status.QUARANTINED, "q", "a", 0, 0, reason="quarantined", dead_letter=None)
+    task = TaskOutcome(0, ATTEMPTS, Outcome.QUARANTINED, "q", "a", 0, 0, reason="quarantined", dead_letter=None)
     outcome = outcomes_from_tasks(plan, [task])["a"]
-    assert outcome.status is Status.MISSING and "could not read it" in (outcome.reason or "")
+    assert outcome.status is Outcome.MISSING and "could not read it" in (outcome.reason or "")
 
 
 def test_dead_letter_path_is_a_setting_with_conf_default_and_refuses_remote_schemes(tmp_path):
@@ -178,8 +172,8 @@ def isolated_plan(store, dead_letter_path, epoch=0):
 
 
 def tasks_of(plan, letter: bytes | None):
-    return [TaskOutcome(0, ATTEMPTS, Status.QUARANTINED, plan.query_id, "a", 4, 4, reason="q", dead_letter=letter),
-            TaskOutcome(1, 0, Status.WRITTEN, plan.query_id, "b", 0, 8, 8, 0, 7, "b@0-8")]
+    return [TaskOutcome(0, ATTEMPTS, Outcome.QUARANTINED, plan.query_id, "a", 4, 4, reason="q", dead_letter=letter),
+            TaskOutcome(1, 0, Outcome.WRITTEN, plan.query_id, "b", 0, 8, 8, 0, 7, "b@0-8")]
 
 
 def test_commit_epoch_appends_the_dead_letter_once_even_when_the_driver_dies_after_the_intent(store, tmp_path):

@@ -1,8 +1,9 @@
-"""The regional/global decision of one epoch (DESIGN.md sections 2, 3, 5.3): pure, no Spark."""
+"""The regional/global decision of one epoch (docs/design.md, "One epoch", step 3): pure, no Spark."""
 
 from dataclasses import replace
 
-from regional.protocol.epoch import RegionOutcome, Status, decide, plan_epoch
+from regional.protocol.decide import Outcome, RegionOutcome, decide
+from regional.protocol.plan import plan_epoch
 from regional.protocol.settings import Settings
 from regional.store.model import EpochKind, EpochRecord, RegionState, Slice, Standing
 from support import QUERY
@@ -18,10 +19,10 @@ def setup(epoch, previous, available, settings=SETTINGS):
 
 def written(plan, region, rows=None):
     rr = next(r for r in plan.regions if r.region == region)
-    return RegionOutcome(region, Status.WRITTEN, rr.end, rows if rows is not None else rr.end - rr.start)
+    return RegionOutcome(region, Outcome.WRITTEN, rr.end, rows if rows is not None else rr.end - rr.start)
 
 
-def failed(region, status=Status.FAILED):
+def failed(region, status=Outcome.FAILED):
     return RegionOutcome(region, status, 0, reason="boom")
 
 
@@ -104,8 +105,8 @@ def test_a_forced_plan_and_disabled_settings():
 
 def test_quarantined_and_missing_outcomes_fall_back_with_their_reason():
     plan, prev = setup(0, {}, dict.fromkeys("abcd", 3), Settings(max_failure_ratio=1.0))
-    d = decide(plan, {"a": written(plan, "a"), "b": failed("b", Status.QUARANTINED),
-                      "c": RegionOutcome("c", Status.MISSING, 0, reason="no receipt"), "d": written(plan, "d")}, prev)
+    d = decide(plan, {"a": written(plan, "a"), "b": failed("b", Outcome.QUARANTINED),
+                      "c": RegionOutcome("c", Outcome.MISSING, 0, reason="no receipt"), "d": written(plan, "d")}, prev)
     assert d.regions["b"].state is Standing.QUARANTINED and d.fallen_back["b"].quarantined
     assert d.regions["c"].state is Standing.FALLEN_BACK and d.fallen_back["c"].reason == "no receipt"
     assert d.oldest_ref_epoch == -1
@@ -113,5 +114,5 @@ def test_quarantined_and_missing_outcomes_fall_back_with_their_reason():
 
 def test_a_committed_prefix_moves_the_offset_to_what_was_read():
     plan, prev = setup(0, {}, {"a": 100})
-    d = decide(plan, {"a": RegionOutcome("a", Status.WRITTEN, 40, 40)}, prev)
+    d = decide(plan, {"a": RegionOutcome("a", Outcome.WRITTEN, 40, 40)}, prev)
     assert d.committed == {"a": Slice(0, 40, 40, cut=True)} and d.regions["a"].committed_offset == 40

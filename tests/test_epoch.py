@@ -4,8 +4,10 @@ from dataclasses import replace
 
 import pytest
 
+from regional.coordinator import commit_epoch, ready_target
 from regional.errors import RegionalConfigError, RegionalPlanError, RegionalStoreError
-from regional.protocol.epoch import Status, commit_epoch, outcomes_from_tasks, plan_epoch, ready_target
+from regional.protocol.decide import Outcome, outcomes_from_tasks
+from regional.protocol.plan import plan_epoch
 from regional.protocol.settings import Settings
 from regional.store import EpochKind, Standing, Store
 from support import MemoryTarget, tasks_for
@@ -121,11 +123,11 @@ def test_outcomes_that_do_not_add_up_fall_back_and_never_commit(store):
         replace(good[2], query_id="11111111-1111-4111-8111-111111111111"),  # c: a receipt of another query
         replace(good[3], start=3),  # d: read from elsewhere
         replace(good[4], end=11, last_offset=9),  # e: claims past its range
-        replace(good[5], status=Status.MISSING, reason="no finished read receipt"),  # f
+        replace(good[5], status=Outcome.MISSING, reason="no finished read receipt"),  # f
     ]
     outcomes = outcomes_from_tasks(plan, tasks)
-    assert outcomes["a"].status is Status.WRITTEN
-    assert {r for r, o in outcomes.items() if o.status is Status.MISSING} == set("bcdef")
+    assert outcomes["a"].status is Outcome.WRITTEN
+    assert {r for r, o in outcomes.items() if o.status is Outcome.MISSING} == set("bcdef")
     record = commit_epoch(plan, tasks, store, MemoryTarget())
     assert set(record.committed) == {"a"} and set(record.fallen_back) == set("bcdef")
     assert all(record.regions[r].committed_offset == 0 for r in "bcdef")

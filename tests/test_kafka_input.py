@@ -9,7 +9,8 @@ import pytest
 from regional.errors import RegionalConfigError, RegionalDataLossError
 from regional.inputs.base import RetainedInput
 from regional.inputs.kafka import KafkaInput
-from regional.protocol.epoch import RegionOutcome, Retention, Status, decide, plan_epoch
+from regional.protocol.decide import Outcome, RegionOutcome, decide
+from regional.protocol.plan import Retention, plan_epoch
 from regional.protocol.settings import Settings
 from regional.store.model import EpochKind, EpochRecord, RegionState
 from support import QUERY
@@ -83,8 +84,8 @@ def test_with_fail_on_data_loss_false_the_plan_skips_them_and_the_record_keeps_t
     assert [(r.region, r.start, r.end) for r in p.regions] == [("orders-0", 12, 30), ("orders-1", 7, 9)]
     assert p.lost == {"orders-0": (5, 12), "idle": (3, 8)}
     # orders-0 fails in the target: it still moves past what is gone; the idle region moves too
-    record = decide(p, {"orders-0": RegionOutcome("orders-0", Status.FAILED, 12, reason="down"),
-                        "orders-1": RegionOutcome("orders-1", Status.WRITTEN, 9, 2)},
+    record = decide(p, {"orders-0": RegionOutcome("orders-0", Outcome.FAILED, 12, reason="down"),
+                        "orders-1": RegionOutcome("orders-1", Outcome.WRITTEN, 9, 2)},
                     EpochRecord(3, EpochKind.GLOBAL, {}, {}, states))
     assert record.lost == {"orders-0": (5, 12), "idle": (3, 8)}
     assert record.regions["orders-0"].committed_offset == 12 and record.regions["orders-0"].ref_epoch == 2
@@ -100,7 +101,7 @@ def test_a_log_that_went_backwards_is_data_loss_and_new_regions_start_where_told
     assert [(r.region, r.start, r.end) for r in p.regions] == [("t-0", 0, 3), ("t-1", 4, 9), ("t-2", 6, 9)]
     assert p.lost == {"t-0": (40, 0)}
     # a region failing in its first epoch keeps its first offset, not 0
-    record = decide(p, {"t-0": RegionOutcome("t-0", Status.WRITTEN, 3, 3),
-                        "t-1": RegionOutcome("t-1", Status.WRITTEN, 9, 5),
-                        "t-2": RegionOutcome("t-2", Status.FAILED, 6, reason="down")}, None)
+    record = decide(p, {"t-0": RegionOutcome("t-0", Outcome.WRITTEN, 3, 3),
+                        "t-1": RegionOutcome("t-1", Outcome.WRITTEN, 9, 5),
+                        "t-2": RegionOutcome("t-2", Outcome.FAILED, 6, reason="down")}, None)
     assert record.regions["t-2"].committed_offset == 6 and record.regions["t-2"].ref_epoch == -1

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from regional.errors import RegionalStoreError
-from regional.protocol.epoch import EpochPlan, plan_epoch, share_read_limit
+from regional.protocol.plan import EpochPlan, plan_epoch, share_read_limit
 from regional.protocol.settings import Settings
 from regional.store.model import RegionState, Standing
 from support import QUERY

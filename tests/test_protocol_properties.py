@@ -9,15 +9,18 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from regional.protocol.epoch import Status, TaskOutcome, commit_epoch, plan_epoch
+from regional.coordinator import commit_epoch
+from regional.protocol.decide import Outcome, TaskOutcome
+from regional.protocol.plan import plan_epoch
 from regional.protocol.settings import Settings
 from regional.store import Store
+from regional.targets.base import Target
 
 REGIONS = ["a", "b", "c"]
 KINDS = ["written", "failed", "quarantined", "cut", "missing", "no-message", "bad-receipt"]
 
 
-class LedgerTarget:
+class LedgerTarget(Target):
     """Publishes handles "region:start:end" into a ledger; idempotent per epoch, like a real target."""
 
     def __init__(self):
@@ -28,7 +31,7 @@ class LedgerTarget:
     def prepare(self, epoch, region, batches):
         raise AssertionError("not used")
 
-    def commit(self, epoch, handles):
+    def commit(self, epoch, handles, report=None):
         crash, self.crash = self.crash, None
         if crash == (epoch, "before"):
             raise RuntimeError("the driver dies before publishing")
@@ -51,13 +54,13 @@ def outcome(i, rr, kind, cut_at, query_id, attempt):
     if kind == "no-message":
         return None
     if kind == "failed":
-        return TaskOutcome(i, attempt, Status.FAILED, region=rr.region, reason="target down")
+        return TaskOutcome(i, attempt, Outcome.FAILED, region=rr.region, reason="target down")
     if kind == "quarantined":
-        return TaskOutcome(i, attempt, Status.QUARANTINED, query_id, rr.region, rr.start, rr.start)
+        return TaskOutcome(i, attempt, Outcome.QUARANTINED, query_id, rr.region, rr.start, rr.start)
     if kind == "missing":
-        return TaskOutcome(i, attempt, Status.MISSING, region=rr.region, reason="no receipt")
+        return TaskOutcome(i, attempt, Outcome.MISSING, region=rr.region, reason="no receipt")
     end = rr.end if kind != "cut" else rr.start + 1 + cut_at % (rr.end - rr.start)
-    task = TaskOutcome(i, attempt, Status.WRITTEN, query_id, rr.region, rr.start, end, end - rr.start, rr.start,
+    task = TaskOutcome(i, attempt, Outcome.WRITTEN, query_id, rr.region, rr.start, end, end - rr.start, rr.start,
                        end - 1, f"{rr.region}:{rr.start}:{end}", seconds=(cut_at % 7) * 0.4)  # regionTimeout sizing
     return replace(task, start=rr.start + 1) if kind == "bad-receipt" else task
 
@@ -95,7 +98,7 @@ def test_every_offset_is_published_exactly_once_and_in_order(epochs, max_consecu
 
             first, rerun = tasks(0), tasks(1)
             for t in first + rerun:
-                if t is not None and t.status is Status.WRITTEN:
+                if t is not None and t.status is Outcome.WRITTEN:
                     written_up_to[t.region] = max(written_up_to[t.region], t.end or 0)
             if crash:
                 target.crash = (epoch, crash)

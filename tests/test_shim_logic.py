@@ -3,16 +3,10 @@ how the driver uses it (failure causes, all-or-nothing epochs, referenced epochs
 
 import pytest
 
+from regional.coordinator import commit_epoch
 from regional.errors import RegionalConfigError, RegionalPlanError
-from regional.protocol.epoch import (
-    RegionOutcome,
-    Status,
-    TaskOutcome,
-    commit_epoch,
-    outcomes_all_or_nothing,
-    plan_epoch,
-    with_failure_causes,
-)
+from regional.protocol.decide import Outcome, RegionOutcome, TaskOutcome, outcomes_all_or_nothing, with_failure_causes
+from regional.protocol.plan import plan_epoch
 from regional.protocol.settings import Settings
 from regional.spark.reader import RegionalStreamReader
 from regional.spark.shim import FEATURES, ShimState, check_spark_version
@@ -37,8 +31,8 @@ def test_shim_state_lists_what_is_off():
 
 def test_a_quarantined_region_gets_the_cause_of_its_last_failed_attempt():
     plan = plan_epoch(3, QUERY, "/ck", {}, {"a": 5, "b": 5}, Settings())
-    outcomes = {"a": RegionOutcome("a", Status.WRITTEN, 5, 5),
-                "b": RegionOutcome("b", Status.QUARANTINED, 0, reason="quarantined")}
+    outcomes = {"a": RegionOutcome("a", Outcome.WRITTEN, 5, 5),
+                "b": RegionOutcome("b", Outcome.QUARANTINED, 0, reason="quarantined")}
     failures = {1: [TaskFailure(1, 0, "driver", "org.apache.spark.api.python.PythonException", "ValueError: bad 1"),
                     TaskFailure(1, 1, "7", "org.apache.spark.api.python.PythonException", "ValueError: bad 2")],
                 0: [TaskFailure(0, 0, "driver", "java.io.IOException", "retried fine")]}
@@ -49,22 +43,22 @@ def test_a_quarantined_region_gets_the_cause_of_its_last_failed_attempt():
 
 def test_an_all_or_nothing_epoch_commits_every_region_or_none():
     plan = plan_epoch(0, QUERY, "/ck", {}, {"a": 4, "b": 2, "c": 0}, Settings(enabled=False))
-    mixed = [TaskOutcome(0, 0, Status.WRITTEN, rows=3, handle="h0", region_rows={"a": 2, "b": 1}),
-             TaskOutcome(1, 0, Status.WRITTEN, rows=3, handle="h1", region_rows={"a": 2, "b": 1})]
+    mixed = [TaskOutcome(0, 0, Outcome.WRITTEN, rows=3, handle="h0", region_rows={"a": 2, "b": 1}),
+             TaskOutcome(1, 0, Outcome.WRITTEN, rows=3, handle="h1", region_rows={"a": 2, "b": 1})]
     done = outcomes_all_or_nothing(plan, mixed)
     assert {r: (o.status, o.end, o.rows) for r, o in done.items()} == {
-        "a": (Status.WRITTEN, 4, 4), "b": (Status.WRITTEN, 2, 2)}
+        "a": (Outcome.WRITTEN, 4, 4), "b": (Outcome.WRITTEN, 2, 2)}
     failed = outcomes_all_or_nothing(plan, [mixed[0], None])
-    assert {o.status for o in failed.values()} == {Status.FAILED} and failed["a"].end == 0
+    assert {o.status for o in failed.values()} == {Outcome.FAILED} and failed["a"].end == 0
     with pytest.raises(RegionalPlanError, match="did not plan"):
-        outcomes_all_or_nothing(plan, [TaskOutcome(0, 0, Status.WRITTEN, rows=1, region_rows={"zz": 1})])
+        outcomes_all_or_nothing(plan, [TaskOutcome(0, 0, Outcome.WRITTEN, rows=1, region_rows={"zz": 1})])
 
 
 def test_a_mixed_epoch_publishes_every_task_handle_once(tmp_path):
     store, target = Store(tmp_path), MemoryTarget()
     plan = plan_epoch(0, store.open_query(), str(store.checkpoint), {}, {"a": 4, "b": 2}, Settings(enabled=False))
-    reports = [TaskOutcome(0, 0, Status.WRITTEN, rows=3, handle="h0", region_rows={"a": 2, "b": 1}),
-               TaskOutcome(1, 0, Status.WRITTEN, rows=3, handle="h1", region_rows={"a": 2, "b": 1})]
+    reports = [TaskOutcome(0, 0, Outcome.WRITTEN, rows=3, handle="h0", region_rows={"a": 2, "b": 1}),
+               TaskOutcome(1, 0, Outcome.WRITTEN, rows=3, handle="h1", region_rows={"a": 2, "b": 1})]
     record = commit_epoch(plan, reports, store, target, mixed=True)
     assert record.kind is EpochKind.GLOBAL and target.commits == {0: {"#0": "h0", "#1": "h1"}}
     assert {r: s.committed_offset for r, s in record.regions.items()} == {"a": 4, "b": 2}

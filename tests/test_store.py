@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from regional.coordinator import commit_epoch
 from regional.errors import RegionalConfigError, RegionalStoreError
-from regional.protocol.epoch import commit_epoch, plan_epoch
+from regional.protocol.plan import plan_epoch
 from regional.protocol.settings import Settings
 from regional.spark.reader import RegionalStreamReader
 from regional.store import EpochKind, EpochRecord, FallBack, Intent, RegionState, Slice, Standing, Store, files

@@ -1,13 +1,13 @@
 import time
 
-from regional.spark.task_files import ReadReceipt, ReadStatus, SinkWatch, TaskFiles, TaskKey
+from regional.spark.task_files import ReadReceipt, SinkWatch, TaskFiles, TaskKey
 
 
 def test_receipts_round_trip_and_unreadable_ones_are_absent(tmp_path, monkeypatch):
     monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
     files = TaskFiles(TaskKey("q/../x", 3, 1, 0, 17))
     assert files.read_receipt() is None
-    receipt = ReadReceipt("qid", 3, "a/b", 10, 20, ReadStatus.CUT, True, 1700000000.5)
+    receipt = ReadReceipt("qid", 3, "a/b", 10, 20, False, True, 1700000000.5)
     files.write_receipt(receipt)
     assert files.read_receipt() == receipt and files.receipt_path.is_relative_to(tmp_path)
     files.receipt_path.write_text("{torn")

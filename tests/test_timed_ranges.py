@@ -3,7 +3,8 @@
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from regional.protocol.epoch import MIN_TIMED_RANGE, RegionOutcome, Status, decide, plan_epoch, timed_range
+from regional.protocol.decide import MIN_TIMED_RANGE, Outcome, RegionOutcome, decide, timed_range
+from regional.protocol.plan import plan_epoch
 from regional.protocol.settings import Settings
 from regional.store.model import EpochKind, EpochRecord, RegionState
 from support import QUERY
@@ -15,7 +16,7 @@ def epoch_of(epoch, states, available, seconds, settings=TIMED):
     """Plan ``epoch``, write every planned range whole in ``seconds[region]``, decide."""
     plan = plan_epoch(epoch, QUERY, "/ck", states, available, settings)
     previous = EpochRecord(epoch - 1, EpochKind.GLOBAL, {}, {}, dict(states)) if states else None
-    outcomes = {rr.region: RegionOutcome(rr.region, Status.WRITTEN, rr.end, rr.end - rr.start,
+    outcomes = {rr.region: RegionOutcome(rr.region, Outcome.WRITTEN, rr.end, rr.end - rr.start,
                                          seconds=seconds[rr.region]) for rr in plan.regions}
     return plan, decide(plan, outcomes, previous)
 

@@ -5,11 +5,11 @@ healthy regions' output and keeps the failed regions at their last good offset, 
 epoch they still reference.
 """
 
-from regional.cli.status import QueryStatus, status
 from regional.errors import RegionalConfigError, RegionalError, RegionalPlanError, RegionalStoreError
 from regional.spark.session import configure, listener_for, local_spark, progress, register, shim_state, stop
 from regional.store.model import RegionState
-from regional.targets.base import EpochReport, RegionalTarget, Target
+from regional.store.status import QueryStatus, status
+from regional.targets import EpochReport, RegionalTarget, Target
 
 __version__ = "0.2.0"
 

@@ -1,27 +1,18 @@
-"""The dead-letter table (``deadLetterPath``, DESIGN.md section 3): records isolated as poison.
+"""Dead letters (``deadLetterPath``): the records isolated as poison, as rows for their sink.
 
-A record whose one-record range failed upstream of the sink on every attempt is *dead-lettered*:
-the task's quarantined attempt reads it from the source (it is never handed to the query's code) and
-returns it in its commit message; the driver appends it here with ``epoch`` and ``error`` (the
-exception's class and message). Columns: the source's own (``region``, ``offset``, then ``value``;
-Kafka's ``key``, ``topic``, ``partition``, ``timestamp``, ...), then ``epoch`` and ``error``.
-
-The table is Delta, written through the Delta target's two phases under the epoch's write-ahead
-intent: ``stage`` runs on the driver before the intent is written, ``publish`` after it (one Delta
-transaction per epoch, carrying ``(regional-<query id>, epoch)``, so a re-run writes nothing twice).
+A record whose one-record range failed upstream of the sink on every attempt is *dead-lettered*: the task's
+quarantined attempt reads it from the source (it is never handed to the query's code) and returns it in its
+commit message (``encode_records``); the driver's phase two (``regional.coordinator``) turns it into the
+dead-letter sink's rows (``dead_letter_rows``): the source's own columns (``region``, ``offset``, then
+``value``; Kafka's ``key``, ``topic``, ``partition``, ``timestamp``, ...), then ``epoch`` and ``error``
+(the exception's class and message). The sink is a target (``regional.targets.dead_letter_target``).
 """
 
 from __future__ import annotations
 
-import base64
-from collections.abc import Mapping
-from typing import Any
-
 import pyarrow as pa
 
 from regional.errors import RegionalConfigError, RegionalPlanError
-from regional.targets.base import QUERY_ID_OPTION
-from regional.targets.delta import DeltaTarget
 
 DEAD_LETTER_COLUMNS = ("epoch", "error")
 
@@ -40,7 +31,7 @@ def decode_records(payload: bytes) -> pa.Table:
 
 
 def dead_letter_rows(payload: bytes, region: str, offset: int, epoch: int, error: str) -> pa.Table:
-    """The dead-letter table's rows for one isolated record: checked to be that record of that region."""
+    """The dead-letter sink's rows for one isolated record: checked to be that record of that region."""
     records = decode_records(payload)
     names = records.schema.names
     clash = [c for c in DEAD_LETTER_COLUMNS if c in names]
@@ -54,38 +45,3 @@ def dead_letter_rows(payload: bytes, region: str, offset: int, epoch: int, error
                                 f"regions {sorted(set(map(str, regions)))[:3]}, offsets {offsets[:3]}")
     return (records.append_column("epoch", pa.array([epoch] * n, pa.int64()))
             .append_column("error", pa.array([error] * n, pa.string())))
-
-
-class DeadLetterTable:
-    def __init__(self, path: str, query_id: str) -> None:
-        self.delta = DeltaTarget({"path": path, QUERY_ID_OPTION: query_id})
-        self.path = path
-
-    def stage(self, epoch: int, letters: Mapping[str, tuple[bytes, int, str]]) -> dict[str, Any]:
-        """On the driver, before the epoch's intent: each region's dead letter (the record as read, the
-        offset planned, the error) staged, its handle returned.
-        Only the driver stages here, and only before an intent: anything staged already for this epoch or
-        an older one is left by a driver that died before its intent, and is removed first."""
-        self.delta.sweep(epoch)
-        handles = {}
-        for region, (payload, offset, error) in sorted(letters.items()):
-            rows = dead_letter_rows(payload, region, offset, epoch, error)
-            self._check_columns(rows.schema.names)
-            handles[region] = self.delta.prepare(epoch, region, iter(rows.to_batches()))
-        return handles
-
-    def publish(self, epoch: int, handles: dict[str, Any]) -> None:
-        """Append the staged dead letters of ``epoch``; a re-run after a crash appends nothing twice."""
-        staged = [h for h in handles.values() if h is not None]
-        if staged:
-            self._check_columns(pa.ipc.read_schema(pa.py_buffer(base64.b64decode(staged[0]["schema"]))).names)
-        self.delta.commit(epoch, handles)
-
-    def _check_columns(self, names: list[str]) -> None:
-        """A table that holds other columns (another source's dead letters) is refused: Delta files of
-        another shape would be added to it unchecked."""
-        have = self.delta.columns()
-        if have is not None and have != names:
-            raise RegionalConfigError(
-                f"deadLetterPath={self.path} is a Delta table with columns {have}, but this query's dead letters have "
-                f"{names}: give each source type its own dead-letter table")

@@ -19,7 +19,8 @@ from typing import Any
 import pyarrow as pa
 
 import regional
-from regional.protocol.epoch import describe
+from regional.cli.status import render
+from regional.store.model import describe
 from regional.targets.delta import DeltaTarget
 
 REGIONS = ["ap-south", "eu-west", "sa-east", "us-east"]
@@ -71,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
              .start())
     shown = 0
     try:
-        for round_, rows in enumerate((60, 30, 30)):
-            for region, values in write_input(inp, round_, rows).items():
+        for round_, count in enumerate((60, 30, 30)):
+            for region, values in write_input(inp, round_, count).items():
                 expected[region].extend(v.upper() for v in values)
             query.processAllAvailable()
             for record in regional.status(ck).epochs[shown:]:
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         query.stop()
 
-    print("\nregions after the run:\n" + regional.status(ck).render(epochs=False).split("\n", 1)[1])
+    print("\nregions after the run:\n" + render(regional.status(ck), epochs=False).split("\n", 1)[1])
     try:
         from regional.cli.timeline import draw
 

@@ -24,12 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "build-shim":
-            from regional.spark.shim import build
+            from regional.shim_jar import build
 
             print(f"built {build()}")
         elif args.command == "timeline":
-            from regional.cli.status import status
             from regional.cli.timeline import draw as draw_timeline
+            from regional.store.status import status
 
             print(f"wrote {draw_timeline(status(args.checkpoint, args.epochs), args.output)}")
         else:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-from regional.cli.status import QueryStatus
 from regional.errors import RegionalConfigError
+from regional.store.status import QueryStatus
 
 MAX_ROWS = 64
 # Outcome codes, in order of how much they need attention (a shared row shows the largest).

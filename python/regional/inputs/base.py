@@ -1,4 +1,4 @@
-"""The interface every source implements (DESIGN.md section 3, sources), and how one is found.
+"""The interface every source implements (docs/design.md, "Sources"), and how one is found.
 
 An input answers two questions. On the driver: where each region's log ends now (``available``),
 and what a task needs to read a range (``split``, picklable). In the task: the records of one range
@@ -17,8 +17,9 @@ Built-in inputs are modules of this package named by ``source=<name>``, each exp
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
@@ -29,46 +30,53 @@ from regional.store.model import EpochRecord
 BATCH_ROWS = 10_000
 
 
-class RegionInput(Protocol):
+Split = TypeVar("Split")  # what a task needs to read one range, made on the driver (picklable)
+
+
+class RegionInput(ABC, Generic[Split]):
+    """A source of regions. ``available``, ``ends`` and ``split`` run on the driver (the source's planning
+    process); ``read`` runs in the task of one region, on an instance pickled from the driver."""
+
     schema: pa.Schema  # region STRING, offset BIGINT, then the source's own columns
     schema_ddl: str  # the same, as Spark DDL
 
     def ends(self) -> dict[str, int] | None:
-        """A bounded input's final end offset per region; None when it may grow for ever."""
-        ...
+        """A bounded input's final end offset per region; None (the default) when it may grow for ever."""
+        return None
 
+    @abstractmethod
     def available(self, epoch: int) -> dict[str, int]:
         """Each region's end offset (the next offset it will have), as seen when planning ``epoch``."""
-        ...
 
-    def split(self, region: str, start: int, end: int) -> Any:
+    @abstractmethod
+    def split(self, region: str, start: int, end: int) -> Split:
         """On the driver: what a task needs to read ``[start, end)`` of ``region`` (picklable)."""
-        ...
 
-    def read(self, region: str, start: int, end: int, split: Any,
+    @abstractmethod
+    def read(self, region: str, start: int, end: int, split: Split,
              batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
         """In the task: the records ``[start, end)`` of ``region``, in offset order."""
-        ...
 
 
-@runtime_checkable
-class RetainedInput(RegionInput, Protocol):
+class RetainedInput(ABC):
+    """An ability, mixed into a ``RegionInput`` whose log loses old records (Kafka's retention); checked with
+    ``isinstance``. Its methods run on the driver."""
+
     fail_on_data_loss: bool  # a region whose next offset was deleted (or whose log vanished) fails the query
 
+    @abstractmethod
     def log_starts(self) -> dict[str, int]:
         """Each region's first offset still in its log, as of the last ``available``."""
-        ...
 
+    @abstractmethod
     def starting_offsets(self, available: Mapping[str, int]) -> dict[str, int]:
         """Where each region of ``available`` starts when the query is new (later regions start at their log start)."""
-        ...
 
     def on_recorded(self, record: EpochRecord) -> None:
-        """After an epoch is recorded (e.g. commit the committed offsets to a consumer group)."""
-        ...
+        """After an epoch is recorded (e.g. commit the committed offsets to a consumer group). Default: nothing."""
 
 
-def load_input(options: Mapping[str, str]) -> RegionInput:
+def load_input(options: Mapping[str, str]) -> RegionInput[Any]:
     """Build the input named by the source's ``source`` option."""
     name = options.get("source") or ""
     module = find_plugin("regional.inputs", name)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,8 @@ import pyarrow.compute as pc
 
 from regional.errors import RegionalConfigError
 from regional.ids import validate_region_id
-from regional.inputs.base import BATCH_ROWS
+from regional.inputs.base import BATCH_ROWS, RegionInput
+from regional.location import local_path
 
 SCHEMA = pa.schema([("region", pa.string()), ("offset", pa.int64()), ("value", pa.string())])
 SCHEMA_DDL = "region STRING, offset BIGINT, value STRING"
@@ -51,7 +51,7 @@ class FileSpan:
     lines: int
 
 
-class FilesInput:
+class FilesInput(RegionInput[list[FileSpan]]):
     schema = SCHEMA
     schema_ddl = SCHEMA_DDL
 
@@ -59,7 +59,7 @@ class FilesInput:
         path = options.get("path")
         if not path:
             raise RegionalConfigError("source=files needs the input directory: add .option('path', '/data/in')")
-        self.root = Path(os.path.abspath(path))
+        self.root = local_path("path", path)
         self._line_counts: dict[tuple[str, str], tuple[int, int]] = {}  # (region, file) -> (bytes, lines)
 
     def regions(self) -> list[str]:

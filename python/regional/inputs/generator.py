@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from regional.inputs.base import BATCH_ROWS
+from regional.inputs.base import BATCH_ROWS, RegionInput
 from regional.inputs.files import SCHEMA, SCHEMA_DDL, batch_of
 from regional.protocol.settings import parse_int, parse_optional_int
 
@@ -21,7 +21,7 @@ def create(options: dict[str, str]) -> GeneratorInput:
     return GeneratorInput(options)
 
 
-class GeneratorInput:
+class GeneratorInput(RegionInput[None]):
     schema = SCHEMA
     schema_ddl = SCHEMA_DDL
 

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from regional.errors import RegionalConfigError, RegionalError
-from regional.inputs.base import BATCH_ROWS
+from regional.inputs.base import BATCH_ROWS, RegionInput, RetainedInput
 from regional.protocol.settings import parse_bool, parse_int
 from regional.store.model import EpochRecord
 
@@ -81,7 +81,7 @@ def region_of(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
-class KafkaInput:
+class KafkaInput(RegionInput[PartitionSplit], RetainedInput):
     schema_ddl: str
     schema: pa.Schema
 
@@ -231,14 +231,14 @@ class KafkaInput:
                 future = by_partition[(tp.topic, tp.partition)]
                 try:
                     result[region] = int(future.result().offset)
-                except Exception as exc:  # librdkafka's KafkaException, with the cause
-                    errors[region] = exc
+                except Exception as failure:  # librdkafka's KafkaException, with the cause
+                    errors[region] = failure
             if not errors:
                 return result
             if time.monotonic() > deadline:
-                region, exc = next(iter(sorted(errors.items())))
+                region, first = next(iter(sorted(errors.items())))
                 raise KafkaError(f"source=kafka: could not list the {'latest' if latest else 'earliest'} offset of "
-                                 f"region {region!r} within {self.metadata_timeout_s:.0f} s ({exc})")
+                                 f"region {region!r} within {self.metadata_timeout_s:.0f} s ({first})")
             self._admin = None  # a fresh client: librdkafka's cached leader epochs can stay stale (measured)
             time.sleep(0.5)
             # A partition whose topic was deleted while we asked is gone, not slow: the plan's failOnDataLoss
@@ -362,14 +362,14 @@ class KafkaInput:
                         if error is None:
                             continue
                         if error.code() == RdKafkaError._PARTITION_EOF:
-                            done = done or m.offset() >= end
+                            done = done or (m.offset() or 0) >= end  # an end-of-log marker with no offset ends nothing
                         elif error.code() == RdKafkaError._AUTO_OFFSET_RESET or "out of range" in str(error).lower():
                             raise KafkaError(f"region {region!r}: offsets from {start} are no longer in the log "
                                              f"(deleted by retention?): {error}")
                         elif not error.retriable():
                             raise KafkaError(f"region {region!r}: reading [{start}, {end}) failed: {error}")
                 if records:
-                    offsets = [m.offset() for m in records]
+                    offsets = [_offset_of(m, region) for m in records]
                     if offsets[-1] >= end - 1:  # the range ends in this lot: keep what is below end
                         cut = bisect.bisect_left(offsets, end)
                         records, offsets, done = records[:cut], offsets[:cut], True
@@ -468,3 +468,11 @@ def _parse_starting_offsets(text: str) -> str | dict[str, dict[int, int]]:
         raise RegionalConfigError(
             f"source=kafka: startingOffsets {text!r} is not 'earliest', 'latest' or JSON such as "
             f'{{"topicA": {{"0": 23, "1": -2}}}} ({exc})') from None
+
+
+def _offset_of(message: Any, region: str) -> int:
+    """A fetched record's offset; librdkafka gives every record without an error one."""
+    offset = message.offset()
+    if offset is None:
+        raise KafkaError(f"region {region!r}: librdkafka returned a record without an offset")
+    return int(offset)

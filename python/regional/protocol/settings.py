@@ -1,4 +1,4 @@
-"""The one place that resolves a query's regional settings (DESIGN.md section 3, conf keys).
+"""The one place that resolves a query's regional settings (docs/design.md, "Settings").
 
 Order, lowest first: built-in defaults, ``spark.regional.*`` conf, then the
 query's own options on ``readStream`` and ``writeStream``. A key given on both
@@ -11,13 +11,13 @@ carries them to every task, so tasks never re-derive them.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from regional.errors import RegionalConfigError
+from regional.location import optional_local_path
 
 CONF_PREFIX = "spark.regional."
 
@@ -57,7 +57,7 @@ class Settings:
             region_timeout_s=parse_duration("regionTimeout", timeout) if timeout else None,
             region_attempts=parse_int(opts, "regionAttempts", minimum=1),
             retain_epochs=parse_int(opts, "retainEpochs", minimum=1),
-            dead_letter_path=parse_local_path("deadLetterPath", opts.get("deadletterpath", "")),
+            dead_letter_path=optional_local_path("deadLetterPath", opts.get("deadletterpath", "")),
         )
 
     def all_or_nothing(self) -> Settings:
@@ -151,18 +151,6 @@ def _raw(opts: Mapping[str, str], key: str, default: str | None = None) -> str:
     if value is None:
         value = DEFAULTS.get(key, "") if default is None else default
     return str(value).strip()
-
-
-def parse_local_path(key: str, value: str) -> str | None:
-    """A directory on the driver's file system (``/dir``, ``file:/dir``), made absolute; empty: None."""
-    value = value.strip()
-    if not value:
-        return None
-    scheme = re.match(r"^([A-Za-z][A-Za-z0-9+.-]*):", value)
-    if scheme and scheme.group(1).lower() != "file":
-        raise RegionalConfigError(f"{key}={value!r}: only local paths (or file:) are supported, not "
-                                  f"{scheme.group(1)}:; give a directory the driver can write")
-    return os.path.abspath(re.sub(r"^file:(//)?", "", value))
 
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|milliseconds?|s|sec|seconds?|m|min|minutes?|h|hours?)?\s*$")

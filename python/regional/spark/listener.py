@@ -3,7 +3,7 @@
 - At query start (``onQueryStarted`` runs synchronously inside ``start()``, before the source
   plans epoch 0), it records writeStream's regional settings in the store, so that the driver
   resolves one set of settings from both sides. (Staged output an earlier run left is swept by the sink,
-  ``protocol.epoch.ready_target``, before epoch 0's tasks.)
+  ``coordinator.ready_target``, before epoch 0's tasks.)
 - Per epoch, it logs one line (and one per dead letter) and keeps FLIP-600's two metrics; it ends a
   bounded query once everything is published.
 
@@ -13,7 +13,6 @@ plan in the progress event's end offset.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from typing import Any
@@ -27,18 +26,19 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
-from regional.cli.status import Progress, status
 from regional.errors import RegionalError
-from regional.protocol.epoch import EpochPlan, describe
+from regional.protocol.plan import EpochPlan
 from regional.protocol.settings import given_settings
 from regional.store import Store
+from regional.store.model import describe
+from regional.store.status import Progress, status
 
 log = logging.getLogger("regional")
 
 
 class RegionalListener(StreamingQueryListener):
     def __init__(self, spark: SparkSession) -> None:
-        self.spark = spark
+        self.session = spark  # not ``spark``: StreamingQueryListener has a property of that name
         self.metrics: dict[str, Progress] = {}  # per query id, as of the last epoch this listener heard of
         self._plan_checked: set[str] = set()  # runs whose plan check was reported
         self.closed = False  # set at interpreter exit: the py4j bridge is going away
@@ -58,10 +58,10 @@ class RegionalListener(StreamingQueryListener):
 
     def _regional_query(self, query_id: str) -> tuple[Store, dict[str, str]] | None:
         """The store and writeStream options of a just-started query whose sink is regional."""
-        query = self.spark.streams.get(query_id)
+        query = self.session.streams.get(query_id)
         if query is None:
             return None
-        execution = query._jsq.streamingQuery()  # internal API, see SPARK_NOTES
+        execution = query._jsq.streamingQuery()  # internal API (Spark 4.2)
         try:
             if str(execution.sink().name()).lower() != "regional":
                 return None
@@ -118,7 +118,7 @@ class RegionalListener(StreamingQueryListener):
 
     def _stop_later(self, query_id: str) -> None:
         def stop() -> None:
-            query = self.spark.streams.get(query_id)
+            query = self.session.streams.get(query_id)
             if query is not None and query.isActive:
                 log.info("regional: query %s read all of its bounded input; stopping it", query_id)
                 query.stop()
@@ -148,15 +148,10 @@ def _write_options(execution: Any) -> dict[str, str]:
 
 
 def _regional_plan(sources: Any) -> EpochPlan | None:
+    """The plan in a progress event's end offset: None when the query's source is not regional."""
     if len(sources) != 1:
         return None
     try:
-        offset = json.loads(sources[0].endOffset)
-    except (TypeError, ValueError):
-        return None
-    if not isinstance(offset, dict) or "regions" not in offset or "query_id" not in offset:
-        return None
-    try:
-        return EpochPlan.from_offset(offset)
+        return EpochPlan.parse(sources[0].endOffset, "the progress event's end offset")
     except RegionalError:
         return None

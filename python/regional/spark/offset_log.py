@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from regional.errors import RegionalStoreError
-from regional.protocol.epoch import EpochPlan
+from regional.protocol.plan import EpochPlan
 
 
 def read_plan(checkpoint: Path, epoch: int) -> EpochPlan:
@@ -28,10 +27,4 @@ def read_plan(checkpoint: Path, epoch: int) -> EpochPlan:
             f"{path} lists {len(sources)} sources; a regional query reads exactly one regional source "
             "(no unions or joins of two streams)"
         )
-    try:
-        offset = json.loads(sources[0])
-    except json.JSONDecodeError as exc:
-        raise RegionalStoreError(f"{path} holds an unreadable offset ({exc}); was it written by Spark?") from None
-    if not isinstance(offset, dict):
-        raise RegionalStoreError(f"{path}: the source offset is not the regional source's")
-    return EpochPlan.from_offset(offset)
+    return EpochPlan.parse(sources[0], str(path))

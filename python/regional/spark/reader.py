@@ -21,9 +21,9 @@ from regional.dead_letters import encode_records
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs import load_input
 from regional.inputs.base import RetainedInput
-from regional.protocol.epoch import INITIAL_EPOCH, EpochPlan, Retention, initial_offset, plan_epoch
+from regional.protocol.plan import INITIAL_EPOCH, EpochPlan, RegionRange, Retention, initial_offset, plan_epoch
 from regional.protocol.settings import Settings, parse_optional_int, resolve_settings
-from regional.spark.task_files import TIMED_BATCH_ROWS, ReadReceipt, ReadStatus, SinkWatch, TaskFiles, TaskKey
+from regional.spark.task_files import TIMED_BATCH_ROWS, ReadReceipt, SinkWatch, TaskFiles, TaskKey
 from regional.store import EpochRecord, RegionState, Store
 
 log = logging.getLogger("regional")
@@ -45,17 +45,14 @@ def trigger_limit(options: Mapping[str, str]) -> int | None:
 
 @dataclass
 class RegionPartition(InputPartition):
+    """Partition ``index`` of an epoch: the plan's region ``index``, with what its task needs of the plan."""
+
     query_id: str
     epoch: int
     index: int
-    region: str
-    start: int
-    end: int
-    split: Any
-    regional: bool  # settings.enabled: quarantine and cuts apply
-    region_attempts: int
-    region_timeout_s: float | None
-    dead_letter: bool = False  # one isolated record: its quarantined attempt reads it for the dead-letter table
+    range: RegionRange  # isolated: one suspect record, read for the dead letters by its quarantined attempt
+    settings: Settings  # the plan's: enabled (quarantine and cuts apply), regionAttempts, regionTimeout
+    split: Any  # what the input needs to read the range (``RegionInput.split``)
 
 
 class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -195,61 +192,61 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start == end or end.get("epoch", INITIAL_EPOCH) == INITIAL_EPOCH:
             return []
         plan = EpochPlan.from_offset(end)
-        s = plan.settings
-        return [RegionPartition(plan.query_id, plan.epoch, i, r.region, r.start, r.end,
-                                self.input.split(r.region, r.start, r.end), s.enabled, s.region_attempts,
-                                s.region_timeout_s if s.enabled else None, r.isolated)
+        return [RegionPartition(plan.query_id, plan.epoch, i, r, plan.settings,
+                                self.input.split(r.region, r.start, r.end))
                 for i, r in enumerate(plan.regions)]
 
     # -- reading, in the task -------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, RegionPartition)
-        p = partition
+        p, r, settings = partition, partition.range, partition.settings
         files = TaskFiles(TaskKey.current())
         started_at = time.time()
 
-        def receipt(status: ReadStatus, end: int) -> None:
-            files.write_receipt(ReadReceipt(p.query_id, p.epoch, p.region, p.start, end, status, p.regional,
-                                            started_at))
+        def receipt(end: int | None, quarantined: bool = False) -> None:
+            files.write_receipt(ReadReceipt(p.query_id, p.epoch, r.region, r.start, end, quarantined,
+                                            settings.enabled, started_at))
 
-        if p.regional and files.key.attempt >= p.region_attempts:
+        if settings.enabled and files.key.attempt >= settings.region_attempts:
             # Quarantine: earlier attempts failed upstream of the sink. Read nothing, so that
             # this attempt succeeds and the epoch goes on without the region.
-            log.warning("regional: epoch %d region %r quarantined at attempt %d", p.epoch, p.region,
+            log.warning("regional: epoch %d region %r quarantined at attempt %d", p.epoch, r.region,
                         files.key.attempt)
-            if p.dead_letter:
+            if r.isolated:
                 self._keep_dead_letter(p, files)
-            receipt(ReadStatus.QUARANTINED, p.start)
+            receipt(r.start, quarantined=True)
             return
-        receipt(ReadStatus.READING, p.start)
-        if p.region_timeout_s is None:
-            yield from self.input.read(p.region, p.start, p.end, p.split)
-            receipt(ReadStatus.DONE, p.end)
+        receipt(None)
+        timeout = settings.region_timeout_s if settings.enabled else None
+        if timeout is None:
+            yield from self.input.read(r.region, r.start, r.end, p.split)
+            receipt(r.end)
             return
         # regionTimeout: stop reading when time is up; what was read is published (a prefix),
         # the rest of the range moves to the next epoch.
-        watch = SinkWatch(files, p.region_timeout_s)
-        next_offset = p.start
-        for batch in self.input.read(p.region, p.start, p.end, p.split, batch_rows=TIMED_BATCH_ROWS):
-            if next_offset > p.start and watch.expired():
-                receipt(ReadStatus.CUT, next_offset)
+        watch = SinkWatch(files, timeout)
+        next_offset = r.start
+        for batch in self.input.read(r.region, r.start, r.end, p.split, batch_rows=TIMED_BATCH_ROWS):
+            if next_offset > r.start and watch.expired():
+                receipt(next_offset)
                 return
             yield batch
             if batch.num_rows:
                 next_offset = int(batch.column("offset")[-1].as_py()) + 1
-        receipt(ReadStatus.DONE, p.end)
+        receipt(r.end)
 
     def _keep_dead_letter(self, p: RegionPartition, files: TaskFiles) -> None:
         """The isolated record failed on every attempt: read it for the dead-letter table, not for the query.
         If it cannot be read, the region falls back (no dead letter file) and the record is tried again."""
+        r = p.range
         try:
-            batches = [b for b in self.input.read(p.region, p.start, p.end, p.split) if b.num_rows]
+            batches = [b for b in self.input.read(r.region, r.start, r.end, p.split) if b.num_rows]
             if batches:  # no record at that offset: nothing to dead-letter, the region falls back
                 files.write_dead_letter(encode_records(batches, self.input.schema))
         except Exception as exc:
             log.warning("regional: epoch %d region %r: could not read offsets [%d, %d) to dead-letter them: %s",
-                        p.epoch, p.region, p.start, p.end, exc)
+                        p.epoch, r.region, r.start, r.end, exc)
 
     def commit(self, end: dict[str, Any]) -> None:
         """The sink's epoch record, not Spark's commit, moves a region's offset. A source that wants to hear

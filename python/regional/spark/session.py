@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-    from regional.cli.status import Progress
     from regional.spark.listener import RegionalListener
+    from regional.store.status import Progress
 
 log = logging.getLogger("regional")
 
@@ -99,7 +99,7 @@ def stop(query: StreamingQuery, timeout: float = 60.0) -> bool:
     replays nothing. If that takes longer than ``timeout`` seconds, says so, stops
     anyway and returns False: the next start then reads only what was not published.
     """
-    store = Store(query._jsq.streamingQuery().resolvedCheckpointRoot())  # internal API, see SPARK_NOTES
+    store = Store(query._jsq.streamingQuery().resolvedCheckpointRoot())  # internal API (Spark 4.2)
     latest = store.latest_record()
     asked_after = latest.epoch if latest else -1
     store.request_final_epoch(asked_after)
@@ -168,7 +168,7 @@ def retries_warning(master: str, max_failures_conf: str | None, policy: Settings
 
 
 def _check_task_retries(spark: SparkSession, policy: Settings) -> None:
-    warning = retries_warning(spark.sparkContext.master, spark.conf.get("spark.task.maxFailures", None), policy)
+    warning = retries_warning(spark.sparkContext.master or "", spark.conf.get("spark.task.maxFailures", None), policy)
     if warning:
         log.warning(warning)
 
@@ -246,6 +246,6 @@ def local_spark(master: str = "local[4,4]", app_name: str = "regional",
 def progress(query: StreamingQuery) -> Progress:
     """The figures a dashboard needs, for a running or stopped regional query (see ``Progress``): Spark 4.2
     gives Python sources and sinks no custom metrics in ``lastProgress``, so they come from the store."""
-    from regional.cli.status import status
+    from regional.store.status import status
 
     return status(query._jsq.streamingQuery().resolvedCheckpointRoot(), epochs=1).progress()  # internal API

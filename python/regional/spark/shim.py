@@ -1,4 +1,4 @@
-"""The JVM shim (``jvm-shim/``): building its jar, and loading it into a session.
+"""The JVM shim (``jvm-shim/``) in a session: loading it, and what is off without it.
 
 The jar ships inside the package (``regional/jars/regional-shim.jar``), built
 from the Scala sources with the Scala compiler that pyspark itself ships::
@@ -17,22 +17,17 @@ What it adds, and what is off without it (``register`` says which):
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from regional.errors import RegionalConfigError
+from regional.shim_jar import SHIM_JAR, ensure_built
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("regional")
 
-SHIM_JAR = Path(__file__).resolve().parents[1] / "jars" / "regional-shim.jar"
-SHIM_SOURCES = Path(__file__).resolve().parents[3] / "jvm-shim" / "src" / "main" / "scala"
 EXTENSION = "io.regional.shim.RegionalExtensions"
 FILE_MANAGER = "io.regional.shim.RegionalCheckpointFileManager"
 # Spark lines the shim is compiled against; RegionalShim.SupportedSparkLines says the same on the JVM side.
@@ -56,45 +51,6 @@ def check_spark_version(version: str) -> None:
         f"{version}{moved}. Install the pyspark that regional pins (see setup.cfg), or start the session "
         "without the shim jar in spark.jars to run regional in pure Python"
     )
-
-
-def pyspark_jars() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent / "jars"
-
-
-def build(out: Path = SHIM_JAR, sources: Path = SHIM_SOURCES) -> Path:
-    """Compile the shim with pyspark's bundled Scala 2.13 compiler, against pyspark's jars."""
-    scala_files = sorted(sources.rglob("*.scala"))
-    if not scala_files:
-        raise RegionalConfigError(f"no Scala sources under {sources}: build the shim from a clone of regional")
-    jars = pyspark_jars()
-    compiler = [next(jars.glob(f"{name}-2.13.*.jar"), None) for name in ("scala-compiler", "scala-library",
-                                                                        "scala-reflect")]
-    if any(c is None for c in compiler):
-        raise RegionalConfigError(f"pyspark's jars at {jars} lack the Scala 2.13 compiler; build with Maven instead "
-                                  "(see jvm-shim/README.md)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-        jar = Path(tmp) / out.name
-        command = ["java", "-cp", os.pathsep.join(map(str, compiler)), "scala.tools.nsc.Main",
-                   "-classpath", str(jars / "*"), "-d", str(jar), *map(str, scala_files)]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0 or not jar.exists():
-            raise RegionalConfigError(f"building the JVM shim failed:\n{result.stdout}{result.stderr}")
-        os.replace(jar, out)
-    return out
-
-
-def ensure_built() -> Path | None:
-    """The shim jar, rebuilt when its sources are newer; None when neither jar nor sources exist."""
-    sources = sorted(SHIM_SOURCES.rglob("*.scala")) if SHIM_SOURCES.is_dir() else []
-    if SHIM_JAR.exists() and all(s.stat().st_mtime <= SHIM_JAR.stat().st_mtime for s in sources):
-        return SHIM_JAR
-    if sources:
-        return build()
-    return None
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ same ``taskAttemptId``, the same local properties, the same ``SPARK_LOCAL_DIRS``
 4.2). So they share facts through files under the executor's local directory, keyed by
 (query, epoch, partition, attempt, task attempt id):
 
-- the **read receipt**, written by the source: what it read, ``[start, end)``, and whether it
-  finished, was cut at ``regionTimeout``, or quarantined the region. The sink reads it after its
+- the **read receipt**, written by the source: what it read, ``[start, end)`` (a prefix of the range when
+  cut at ``regionTimeout``), or that it quarantined the region. The sink reads it after its
   input ends (the source writes its last receipt before its last rows leave the worker) and puts
   it in its commit message. No receipt, or an unfinished one, makes the region fall back.
 - the **receiving marker**, written by the sink on its first rows: the source's ``regionTimeout``
@@ -26,7 +26,6 @@ import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from enum import Enum
 from pathlib import Path
 
 from pyspark import TaskContext
@@ -34,32 +33,29 @@ from pyspark import TaskContext
 from regional.ids import encode_region
 
 
-class ReadStatus(str, Enum):
-    READING = "reading"  # started; not an account of what was read
-    DONE = "done"  # read the whole planned range
-    CUT = "cut"  # stopped at regionTimeout: [start, end) is a prefix of the range
-    QUARANTINED = "quarantined"  # the attempt numbered regionAttempts: read nothing
-
-
 @dataclass(frozen=True)
 class ReadReceipt:
+    """The source's account of what one task attempt read."""
+
     query_id: str
     epoch: int
     region: str
     start: int
-    end: int  # exclusive end of what was read
-    status: ReadStatus
-    regional: bool  # the plan's settings allow regional epochs (else target failures fail the query)
+    end: int | None  # exclusive end of what was read (a prefix when cut at regionTimeout); None: still reading
+    quarantined: bool  # the attempt numbered regionAttempts: it read nothing, on purpose
+    enabled: bool  # the plan's settings.enabled (regional epochs on: a target failure fails only the region)
     started_at: float  # wall-clock seconds when the source began reading (same host as the sink)
 
     def to_json(self) -> str:
-        return json.dumps({**asdict(self), "status": self.status.value})
+        return json.dumps(asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> ReadReceipt:
         d = json.loads(text)
-        return cls(str(d["query_id"]), int(d["epoch"]), str(d["region"]), int(d["start"]), int(d["end"]),
-                   ReadStatus(d["status"]), bool(d["regional"]), float(d["started_at"]))
+        end = d["end"]
+        return cls(str(d["query_id"]), int(d["epoch"]), str(d["region"]), int(d["start"]),
+                   None if end is None else int(end), bool(d["quarantined"]), bool(d["enabled"]),
+                   float(d["started_at"]))
 
 
 @dataclass(frozen=True)
@@ -151,7 +147,7 @@ class SinkWatch:
     Python sink returns before reading all its input, Spark still runs the rest of the task's input through
     the operators before it (the UDF) before the task ends; the cut only discards finished work. Checked
     again: a source that waits while it is ahead of the sink stalls the task (the sink receives nothing
-    until the source yields again). What bounds a straggler's epoch is planning: ``protocol.epoch.timed_range``."""
+    until the source yields again). What bounds a straggler's epoch is planning: ``protocol.decide.timed_range``."""
 
     def __init__(self, files: TaskFiles, timeout: float, startup_grace: float = 10.0) -> None:
         self.files = files

@@ -2,9 +2,9 @@
 
 ``write`` runs in the task of one region: it checks that the task holds one region in offset order,
 lets the target stage the slice, and returns a commit message that says what the source read (its
-read receipt), what reached the target, and the status. A failure of the target becomes a ``failed``
-status, not an exception, so the epoch goes on without the region. ``commit`` hands the messages to
-``protocol.epoch.commit_epoch``.
+read receipt), what reached the target, and the outcome. A failure of the target becomes a ``failed``
+outcome, not an exception, so the epoch goes on without the region. ``commit`` hands the messages to the
+phase-two coordinator (``regional.coordinator``), the only caller of the target on the driver.
 """
 
 from __future__ import annotations
@@ -22,17 +22,21 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from regional import failpoints
+from regional.coordinator import abort_epoch, commit_epoch, ready_target
 from regional.errors import RegionalConfigError, RegionalPlanError
-from regional.protocol.epoch import Status, TaskOutcome, commit_epoch, ready_target
-from regional.protocol.settings import conf_settings, given_settings, parse_bool, parse_local_path
+from regional.location import optional_local_path
+from regional.protocol.decide import Outcome, TaskOutcome
+from regional.protocol.settings import conf_settings, given_settings, parse_bool
 from regional.spark.offset_log import read_plan
-from regional.spark.task_files import ReadStatus, TaskFiles, TaskKey
+from regional.spark.task_files import TaskFiles, TaskKey
 from regional.store import Store
-from regional.targets.base import MIXED_REGIONS, QUERY_ID_OPTION, Target, chain_first, load_target
+from regional.targets import dead_letter_target, load_target
+from regional.targets.base import MIXED_REGIONS, QUERY_ID_OPTION, Target, chain_first
 
 log = logging.getLogger("regional")
 
-REGION_COLUMNS = ("region", "offset")
+# The columns every regional source adds and the sink needs in its input (not written unless keepRegionColumns).
+SOURCE_COLUMNS = ("region", "offset")
 
 
 @dataclass
@@ -77,7 +81,7 @@ class SliceGuard:
             except BaseException as exc:
                 self.error = _Upstream(exc)
                 raise self.error from None
-            yield batch if self.keep else batch.drop_columns(list(REGION_COLUMNS))
+            yield batch if self.keep else batch.drop_columns(list(SOURCE_COLUMNS))
 
     def _check(self, batch: pa.RecordBatch) -> None:
         regions = batch.column("region")
@@ -125,11 +129,9 @@ def drain(batches: Iterator[pa.RecordBatch]) -> None:
         raise up.original from None
 
 
-def check_dead_letter_path(dead_letter_path: str | None, target_options: Mapping[str, str]) -> None:
+def check_dead_letter_path(dead_letter_path: str | None, target: Target[Any]) -> None:
     """Dead letters go to a table of their own, never into the target's."""
-    path = target_options.get("path")
-    if dead_letter_path and target_options.get("target") == "delta" and path and (
-            parse_local_path("path", path) == dead_letter_path):
+    if dead_letter_path and target.location() == dead_letter_path:
         raise RegionalConfigError(f"deadLetterPath={dead_letter_path} is the target table itself: give the dead "
                                   "letters a Delta table of their own (their columns differ: epoch, error)")
 
@@ -138,7 +140,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
     """Built on the driver for every epoch (and pickled into its tasks)."""
 
     def __init__(self, conf: Mapping[str, str], options: Mapping[str, str], schema: StructType) -> None:
-        missing = [c for c in REGION_COLUMNS if c not in schema.fieldNames()]
+        missing = [c for c in SOURCE_COLUMNS if c not in schema.fieldNames()]
         if missing:
             raise RegionalConfigError(
                 f"the regional sink needs the columns 'region' and 'offset' of the regional source, "
@@ -151,15 +153,17 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         store = Store(checkpoint)
         self.checkpoint = str(store.checkpoint)
         self.query_id = store.open_query()
-        # The JVM shim's plan check at query start: a plan that mixes regions runs all-or-nothing.
+        # The JVM shim's plan check at query start: a plan that moves rows between tasks runs all-or-nothing,
+        # and its sink tasks hold rows of many regions.
         self.mixed = not store.plan_allows_regional_epochs()
         self.keep_region_columns = parse_bool(options, "keepRegionColumns", default="false")
         self.target_options = {**{k.lower(): str(v) for k, v in options.items()}, QUERY_ID_OPTION: self.query_id}
+        target = load_target(self.target_options)
         # readStream's options may set it too: commit checks the resolved value again.
-        given_path = {**conf_settings(conf), **given_settings(options)}.get("deadLetterPath", "")
-        check_dead_letter_path(parse_local_path("deadLetterPath", given_path), self.target_options)
+        dead_letter_path = {**conf_settings(conf), **given_settings(options)}.get("deadLetterPath", "")
+        check_dead_letter_path(optional_local_path("deadLetterPath", dead_letter_path), target)
         # A bad target fails at start, not in a task; an interrupted epoch is finished before new tasks run.
-        ready_target(store, load_target(self.target_options), self._target_schema(schema))
+        ready_target(store, target, self._target_schema(schema), dead_letter_target)
         given = given_settings(options)
         if store.read_write_options() != given:
             # Not recorded at query start (no listener): record them now; the next planned epoch uses them.
@@ -171,10 +175,10 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         """The Arrow schema of the rows ``prepare`` receives."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        kept = StructType([f for f in schema.fields if self.keep_region_columns or f.name not in REGION_COLUMNS])
+        kept = StructType([f for f in schema.fields if self.keep_region_columns or f.name not in SOURCE_COLUMNS])
         return to_arrow_schema(kept, timezone="UTC")
 
-    def _target(self) -> Target:
+    def _target(self) -> Target[Any]:
         return load_target(self.target_options)
 
     # -- phase one, in the task ------------------------------------------------------------------
@@ -208,38 +212,39 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         if guard.error is not None:  # the target swallowed an upstream failure
             raise guard.error.original from None
         if leftover:
-            exc = RuntimeError(f"the target returned from prepare() with {leftover} rows not consumed")
+            unconsumed = RuntimeError(f"the target returned from prepare() with {leftover} rows not consumed")
             if not self._regional(files):
-                raise exc
-            return RegionalCommitMessage(self._failed(key, files, guard, exc, handle))
+                raise unconsumed
+            return RegionalCommitMessage(self._failed(key, files, guard, unconsumed, handle))
         return RegionalCommitMessage(self._outcome(key, files, guard, handle))
 
     def _regional(self, files: TaskFiles) -> bool:
+        """Whether a target failure fails only this region (the plan's settings.enabled, from the receipt)."""
         receipt = files.read_receipt()
-        return not self.mixed and (receipt is None or receipt.regional)
+        return not self.mixed and (receipt is None or receipt.enabled)
 
     def _outcome(self, key: TaskKey, files: TaskFiles, guard: SliceGuard, handle: Any) -> TaskOutcome:
         """What the source read (its receipt) and what the target staged, as one explicit outcome."""
         if self.mixed:
-            return TaskOutcome(key.partition, key.attempt, Status.WRITTEN, self.query_id, rows=guard.rows,
+            return TaskOutcome(key.partition, key.attempt, Outcome.WRITTEN, self.query_id, rows=guard.rows,
                                handle=handle, region_rows=guard.region_rows)
         receipt = files.read_receipt()
         dead_letter = files.read_dead_letter()
         files.remove()
-        base = TaskOutcome(key.partition, key.attempt, Status.MISSING, handle=handle, rows=guard.rows,
+        base = TaskOutcome(key.partition, key.attempt, Outcome.MISSING, handle=handle, rows=guard.rows,
                            region=guard.region, first_offset=guard.first_offset, last_offset=guard.last_offset)
-        if receipt is None or receipt.status is ReadStatus.READING:
+        if receipt is None or receipt.end is None:
             return replace(base, reason="no finished read receipt from this task's source (its worker died, or an "
                                       "operator between source and sink moved rows between tasks)")
         region = guard.region or receipt.region
-        if receipt.status is ReadStatus.QUARANTINED:
+        if receipt.quarantined:
             if guard.rows:
                 return replace(base, reason="the source quarantined the region but rows reached the sink")
-            return replace(base, status=Status.QUARANTINED, query_id=receipt.query_id, region=region,
-                         start=receipt.start, end=receipt.start, dead_letter=dead_letter,
-                         reason=f"quarantined: {key.attempt} attempts failed upstream of the sink")
-        return replace(base, status=Status.WRITTEN, query_id=receipt.query_id, region=region, start=receipt.start,
-                     end=receipt.end, seconds=max(time.time() - receipt.started_at, 0.0))
+            return replace(base, status=Outcome.QUARANTINED, query_id=receipt.query_id, region=region,
+                           start=receipt.start, end=receipt.start, dead_letter=dead_letter,
+                           reason=f"quarantined: {key.attempt} attempts failed upstream of the sink")
+        return replace(base, status=Outcome.WRITTEN, query_id=receipt.query_id, region=region, start=receipt.start,
+                       end=receipt.end, seconds=max(time.time() - receipt.started_at, 0.0))
 
     def _failed(self, key: TaskKey, files: TaskFiles, guard: SliceGuard, exc: BaseException,
                 handle: Any = None) -> TaskOutcome:
@@ -247,7 +252,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         text = str(exc).strip()
         reason = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:500]
         log.warning("regional: epoch %d region %r failed in the target: %s", key.epoch, guard.region, reason)
-        return TaskOutcome(key.partition, key.attempt, Status.FAILED, region=guard.region, rows=guard.rows,
+        return TaskOutcome(key.partition, key.attempt, Outcome.FAILED, region=guard.region, rows=guard.rows,
                            first_offset=guard.first_offset, last_offset=guard.last_offset, handle=handle,
                            reason=reason)
 
@@ -258,13 +263,13 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         plan = read_plan(store.checkpoint, batchId)
         if plan.epoch != batchId:
             raise RegionalPlanError(f"Spark's batch {batchId} carries the regional plan of epoch {plan.epoch}")
-        check_dead_letter_path(plan.settings.dead_letter_path, self.target_options)
+        target = self._target()
+        check_dead_letter_path(plan.settings.dead_letter_path, target)
         tasks = [m.outcome if isinstance(m, RegionalCommitMessage) else None for m in messages]
-        commit_epoch(plan, tasks, store, self._target(), mixed=self.mixed)
+        commit_epoch(plan, tasks, store, target, self.mixed, dead_letter_target)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         handles = {f"#{m.outcome.partition}": m.outcome.handle for m in messages
                    if isinstance(m, RegionalCommitMessage) and m.outcome.handle is not None}
-        if handles:
-            self._target().abort(batchId, handles)
+        abort_epoch(self._target(), batchId, handles)
 

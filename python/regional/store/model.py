@@ -43,11 +43,11 @@ class RegionState(NamedTuple):
     state: Standing = Standing.OK
     reason: str | None = None  # why it last fell back
     # deadLetterPath: offsets [lo, hi) hold a record that failed upstream on every attempt; the next
-    # epochs plan the region in halves of it until that record stands alone (DESIGN.md section 3).
+    # epochs plan the region in halves of it until that record stands alone (docs/design.md, "Dead letters").
     isolating: tuple[int, int] | None = None
     dead_letters: int = 0  # records of this region sent to the dead-letter table so far
     # regionTimeout: the most offsets its next range may hold, sized from how long its last slices took
-    # (``protocol.epoch.timed_range``); None: no limit of its own.
+    # (``protocol.decide.timed_range``); None: no limit of its own.
     timed_range: int | None = None
 
     @property
@@ -81,7 +81,7 @@ def _standing(value: Any) -> Standing:
 # Every region's state, one JSON list per field (format v2 of epoch records). A list of ints or nulls encodes
 # and parses several times faster than an object per region: at 10,000 regions the record is read twice and
 # written twice per epoch (planning, deciding, the intent, the record), and that was most of the driver's work.
-REGION_COLUMNS = ("id", "committed_offset", "last_epoch", "consecutive_failures", "state", "reason", "isolating",
+REGION_STATE_COLUMNS = ("id", "committed_offset", "last_epoch", "consecutive_failures", "state", "reason", "isolating",
                   "dead_letters", "timed_range")
 
 
@@ -102,7 +102,7 @@ def regions_to_columns(regions: Mapping[str, RegionState]) -> dict[str, list[Any
 
 def regions_from_columns(data: Mapping[str, Any]) -> dict[str, RegionState]:
     """The inverse of ``regions_to_columns``; a column of another length is an error, never a default."""
-    columns = _columns(data, REGION_COLUMNS)
+    columns = _columns(data, REGION_STATE_COLUMNS)
     return {
         str(r): RegionState(int(offset), None if last is None else int(last), int(failures), _standing(standing),
                             None if reason is None else str(reason),
@@ -268,3 +268,18 @@ class TaskFailure:
     executor: str
     exception_class: str
     message: str
+
+
+def describe(record: EpochRecord) -> str:
+    """One line per epoch: kind, regions committed, regions fallen back with ref_epoch."""
+    fallen = ", ".join(f"{r}(ref_epoch={f.ref_epoch}{', quarantined' if f.quarantined else ''})"
+                       for r, f in sorted(record.fallen_back.items()))
+    line = (f"epoch {record.epoch}: {record.kind.value}; committed {len(record.committed)} "
+            f"[{', '.join(sorted(record.committed))}]; fallen back {len(record.fallen_back)}"
+            + (f" [{fallen}]" if fallen else ""))
+    if record.dead_lettered:
+        line += (f"; dead-lettered {len(record.dead_lettered)} ["
+                 + ", ".join(f"{r}@{d.offset}" for r, d in sorted(record.dead_lettered.items())) + "]")
+    if record.reason:
+        line += f"; {record.reason}"
+    return line

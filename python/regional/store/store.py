@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from regional.bulk import cyclic_gc_paused
-from regional.errors import RegionalConfigError, RegionalStoreError
+from regional.errors import RegionalStoreError
+from regional.location import local_path
 from regional.store import files
 from regional.store.model import EpochRecord, Intent, QueryPlanCheck, RegionState, TaskFailure
 
@@ -54,25 +55,11 @@ SAME_DRIVER_WAIT_S = 60.0
 _fences: dict[Path, int] = {}  # lock files this process holds, and their descriptors
 
 
-def local_path(location: str) -> Path:
-    """A checkpoint location as a local path (``file:`` URIs accepted)."""
-    if location.startswith("file://"):
-        location = location[len("file://"):]
-    elif location.startswith("file:"):
-        location = location[len("file:"):]
-    elif "://" in location:
-        raise RegionalConfigError(
-            f"checkpointLocation {location!r} is not on the local file system; "
-            "regional stores its metadata with local file operations: use a local or mounted path"
-        )
-    return Path(os.path.abspath(location))
-
-
 class Store:
     """Reads and writes one query's regional store (on the driver, or from the CLI)."""
 
     def __init__(self, checkpoint_location: str | os.PathLike[str]) -> None:
-        self.checkpoint = local_path(os.fspath(checkpoint_location))
+        self.checkpoint = local_path("checkpointLocation", checkpoint_location)
         self.root = self.checkpoint / STORE_DIR
         self._query = self.root / "query.json"
         self._epochs = self.root / "epochs"
@@ -251,6 +238,9 @@ class Store:
             starts = {str(r): int(o) for r, o in resolve().items()}
             files.create_exclusive(self._starting_offsets, "starting-offsets", starts)
             data = files.read(self._starting_offsets, "starting-offsets")
+            if data is None:
+                raise RegionalStoreError(f"{self._starting_offsets} vanished right after it was written: is another "
+                                         "process removing files of the regional store?")
         try:
             return {str(r): int(o) for r, o in data.items()}
         except (TypeError, ValueError, AttributeError) as exc:

@@ -1,5 +1,47 @@
-"""Targets: one module per target (``delta``, ``python_class``), each implementing ``base.Target``."""
+"""Targets: one module per target (``delta``, ``postgres``, ``python_class``), each a ``base.Target``.
 
-from regional.targets.base import EpochReport, RegionalTarget, Target, load_target
+``load_target`` builds the one a sink's options name; ``dead_letter_target`` the sink of a query's dead
+letters (today a Delta table at ``deadLetterPath``; a dead-letter sink is a target like any other).
+"""
 
-__all__ = ["EpochReport", "RegionalTarget", "Target", "load_target"]
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from regional.errors import RegionalConfigError
+from regional.plugins import find_plugin
+from regional.targets import python_class
+from regional.targets.base import QUERY_ID_OPTION, EpochReport, RegionalTarget, Target
+
+__all__ = ["EpochReport", "RegionalTarget", "Target", "dead_letter_target", "load_target"]
+
+# The internal option that makes a Delta target a dead-letter table (its columns must match exactly).
+DEAD_LETTERS_OPTION = "deadletters"
+
+
+def load_target(options: Mapping[str, str]) -> Target[Any]:
+    """Build the target named by the sink's ``target`` option."""
+    name = options.get("target")
+    if not name:
+        raise RegionalConfigError(
+            "the regional sink needs a target: add .option('target', 'delta') "
+            "or .option('target', 'python:<module>:<Class>') to writeStream"
+        )
+    if name.startswith("python:"):
+        return python_class.load(name, dict(options))
+    module = find_plugin("regional.targets", name)
+    if module is None:
+        raise RegionalConfigError(f"unknown target {name!r}: use target=delta, target=postgres or "
+                                  "target=python:<module>:<Class>")
+    target = module.create(dict(options))
+    if not isinstance(target, Target):
+        raise RegionalConfigError(f"target {name!r}: create() returned a {type(target).__name__}, not a "
+                                  "regional.Target")
+    return target
+
+
+def dead_letter_target(location: str, query_id: str) -> Target[Any]:
+    """The sink of a query's dead letters: a Delta table at ``location`` whose columns must be the dead
+    letters' own (the source's columns, then ``epoch`` and ``error``)."""
+    return load_target({"target": "delta", "path": location, QUERY_ID_OPTION: query_id, DEAD_LETTERS_OPTION: "true"})

@@ -1,34 +1,38 @@
-"""The interface every target implements (DESIGN.md section 3, targets), and how one is found.
+"""What every target implements (``docs/design.md``, "Targets"): a two-phase committer.
 
-A target is a two-phase committer. ``prepare`` runs in a Spark task and stages one region's slice;
-``commit`` and ``abort`` run on the driver. A re-run after a crash calls ``commit`` and ``abort``
-again with the same arguments: each must act once. Handles are JSON values: they go into the
-store's write-ahead intent.
+``prepare`` runs in a Spark task and stages one region's slice (phase one); everything else runs on the
+driver, called by the phase-two coordinator (``regional.coordinator``), its only caller. A re-run after a
+crash calls ``commit`` and ``abort`` again with the same arguments: each must act once. Handles are JSON
+values: they go into the store's write-ahead intent before anything is published.
 
 Built-in targets are modules of this package named by ``target=<name>``, each exposing
-``create(options) -> Target``; ``target=python:<module>:<Class>`` loads any class with the methods
-below. Adding a target is adding a module: nothing else changes.
+``create(options) -> Target``; ``target=python:<module>:<Class>`` loads any class with ``prepare``,
+``commit`` and ``abort`` (``regional.targets.python_class``). Adding a target is adding a module.
+A dead-letter sink is a target too (``regional.targets.dead_letter_target``).
 
-The options a target receives are the sink's (keys lower-cased) plus ``queryid``: the query id of
-the store, stable for the life of the checkpoint, for idempotency keys.
+The options a target receives are the sink's (keys lower-cased) plus ``queryid``: the query id of the
+store, stable for the life of the checkpoint, for idempotency keys.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Generic, TypeVar
 
 import pyarrow as pa
 
 from regional.errors import RegionalConfigError
-from regional.plugins import find_plugin
+from regional.store.model import EpochRecord
 
 QUERY_ID_OPTION = "queryid"
 
 # The ``region`` that ``prepare`` receives in a query whose plan moves rows between tasks (a repartition):
 # each task then holds rows of many regions, and epochs are all-or-nothing.
 MIXED_REGIONS = "*"
+
+Handle = TypeVar("Handle")  # what a target's prepare returns for one region: a JSON value
 
 
 @dataclass(frozen=True)
@@ -41,44 +45,70 @@ class EpochReport:
     fallen_back: dict[str, tuple[int, str]]  # region -> (ref_epoch, reason)
     rows: dict[str, int] = field(default_factory=dict)  # region -> rows published
 
-
-@runtime_checkable
-class Target(Protocol):
-    """Required methods. Optional ones, used when present:
-
-    - ``on_epoch(epoch, committed, fallen_back)``: the region-level notification after each recorded epoch;
-    - ``published(epoch) -> bool``: whether the target already holds epoch's commit (lets the driver notice
-      a store that lost an intent);
-    - ``sweep(up_to_epoch)``: remove staged output of epochs up to this one that was never published;
-    - ``wants_report = True``: ``commit`` then also receives ``report=EpochReport(...)``;
-    - ``open(schema)``: on the driver before each epoch's tasks run, with the Arrow schema ``prepare`` will
-      receive: check the target and create what is missing, so a bad target fails at start.
-    """
-
-    def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Any: ...
-
-    def commit(self, epoch: int, handles: dict[str, Any]) -> None: ...
-
-    def abort(self, epoch: int, handles: dict[str, Any]) -> None: ...
+    @classmethod
+    def of(cls, record: EpochRecord) -> EpochReport:
+        return cls(
+            epoch=record.epoch,
+            kind=record.kind.value,
+            committed={r: (s.start, s.end) for r, s in record.committed.items()},
+            fallen_back={r: (f.ref_epoch, f.reason) for r, f in record.fallen_back.items()},
+            rows={r: s.rows for r, s in record.committed.items()},
+        )
 
 
-class RegionalTarget:
-    """Optional base class. A subclass's ``commit`` also receives the epoch's region-level report."""
+class Target(ABC, Generic[Handle]):
+    """A two-phase committer of region slices. Subclass it, implement ``prepare``, ``commit`` and
+    ``abort``; the other methods have defaults that do nothing, and say when to override them."""
 
-    wants_report = True
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.options = dict(options)
 
-    def __init__(self, options: dict[str, str]) -> None:
-        self.options = options
+    # -- phase one, in a Spark task ------------------------------------------------------------
 
-    def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Any:
-        raise NotImplementedError
+    @abstractmethod
+    def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Handle:
+        """In the task of one region: stage its slice of ``epoch`` and return a handle naming what was
+        staged. Raising fails only this region (it falls back). It must take every batch."""
 
-    def commit(self, epoch: int, handles: dict[str, Any], report: EpochReport | None = None) -> None:
-        raise NotImplementedError
+    # -- phase two, on the driver --------------------------------------------------------------
 
-    def abort(self, epoch: int, handles: dict[str, Any]) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def commit(self, epoch: int, handles: dict[str, Handle], report: EpochReport | None = None) -> None:
+        """Publish the staged slices ``handles`` (region -> handle) of ``epoch``, atomically. ``report`` says
+        what the epoch did region by region (None for a dead-letter sink's epoch). Called again with the same
+        arguments after a crash: publish nothing twice."""
 
+    @abstractmethod
+    def abort(self, epoch: int, handles: dict[str, Handle]) -> None:
+        """Discard staged slices that will never be published. Called again after a crash: harmless."""
+
+    def open(self, schema: pa.Schema) -> None:
+        """Before each epoch's tasks run, with the Arrow schema ``prepare`` will receive: check the target and
+        create what is missing, so that a bad target fails at start, not in a task. Default: nothing."""
+
+    def sweep(self, up_to_epoch: int) -> None:
+        """Remove what recorded epochs up to ``up_to_epoch`` staged but never published (dead tasks and
+        drivers leave such output). Called at start and every few epochs. Default: nothing to remove."""
+
+    def published(self, epoch: int) -> bool:
+        """Whether the target already holds ``epoch``'s commit: lets the driver notice a store that lost an
+        intent. Default: False (cannot tell)."""
+        return False
+
+    def on_epoch(self, epoch: int, committed: dict[str, tuple[int, int]],
+                 fallen_back: dict[str, tuple[int, str]]) -> None:
+        """After each recorded epoch: the region-level notification (FLIP-600's partially completed
+        checkpoint), ``committed={region: (start, end)}``, ``fallen_back={region: (ref_epoch, reason)}``.
+        At least once. Default: nothing."""
+
+    def location(self) -> str | None:
+        """Where the target keeps its data, when it is a path (so that dead letters are never sent into the
+        target itself). Default: None."""
+        return None
+
+
+# The name this class had before it was abstract; user targets subclassing it keep working.
+RegionalTarget = Target
 
 
 def require_query_id(target: str, options: Mapping[str, str]) -> str:
@@ -88,38 +118,6 @@ def require_query_id(target: str, options: Mapping[str, str]) -> str:
         raise RegionalConfigError(f"target={target} needs the query id of the regional store (internal option "
                                   f"{QUERY_ID_OPTION!r}); build it through the regional sink")
     return query_id
-
-
-def load_target(options: Mapping[str, str]) -> Target:
-    """Build the target named by the sink's ``target`` option."""
-    name = options.get("target")
-    if not name:
-        raise RegionalConfigError(
-            "the regional sink needs a target: add .option('target', 'delta') "
-            "or .option('target', 'python:<module>:<Class>') to writeStream"
-        )
-    if name.startswith("python:"):
-        from regional.targets.python_class import load_python_class
-
-        return load_python_class(name, dict(options))
-    module = find_plugin("regional.targets", name)
-    if module is None:
-        raise RegionalConfigError(f"unknown target {name!r}: use target=delta or target=python:<module>:<Class>")
-    return check_target(name, module.create(dict(options)))
-
-
-def check_target(name: str, target: Any) -> Target:
-    missing = [m for m in ("prepare", "commit", "abort") if not callable(getattr(target, m, None))]
-    if missing:
-        raise RegionalConfigError(f"target {name!r}: {type(target).__name__} lacks method(s) {', '.join(missing)}")
-    return target
-
-
-def commit_with_report(target: Target, epoch: int, handles: dict[str, Any], report: EpochReport) -> None:
-    if getattr(target, "wants_report", False):
-        target.commit(epoch, handles, report=report)  # type: ignore[call-arg]
-    else:
-        target.commit(epoch, handles)
 
 
 def chain_first(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -19,7 +19,6 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -27,7 +26,9 @@ import pyarrow.parquet as pq
 
 from regional.errors import RegionalConfigError, RegionalStoreError
 from regional.ids import encode_region
-from regional.targets.base import EpochReport, RegionalTarget, chain_first, require_query_id
+from regional.location import local_path
+from regional.protocol.settings import parse_bool
+from regional.targets.base import EpochReport, Target, chain_first, require_query_id
 
 STAGING_DIR = "_regional_staging"
 _EPOCH_DIR = re.compile(r"^e(\d+)$")
@@ -37,13 +38,15 @@ def create(options: dict[str, str]) -> DeltaTarget:
     return DeltaTarget(options)
 
 
-class DeltaTarget(RegionalTarget):
+class DeltaTarget(Target[dict[str, Any] | None]):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         path = options.get("path")
         if not path:
             raise RegionalConfigError("target=delta needs the table location: add .option('path', '/table/dir')")
-        self.table = Path(os.path.abspath(path.removeprefix("file://").removeprefix("file:")))
+        self.table = local_path("path", path)
+        # A dead-letter table (``regional.targets.dead_letter_target``): its columns must be the dead letters'.
+        self.dead_letters = parse_bool(options, "deadLetters", default="false")
         query_id = require_query_id("delta", options)
         self.query_id = query_id
         self.app_id = f"regional-{query_id}"
@@ -56,6 +59,8 @@ class DeltaTarget(RegionalTarget):
         first = next(batches, None)
         if first is None:
             return None
+        if self.dead_letters:  # staged on the driver, before the intent: a table of another shape is refused
+            self._check_dead_letter_columns(first.schema.names)
         directory = self.staging / f"e{epoch}"
         directory.mkdir(parents=True, exist_ok=True)
         name = f"part-{self.query_id[:8]}-e{epoch:08d}-{encode_region(region)}-{uuid.uuid4().hex[:12]}.parquet"
@@ -81,6 +86,8 @@ class DeltaTarget(RegionalTarget):
         from deltalake.transaction import AddAction
 
         staged = [h for h in handles.values() if h is not None]
+        if staged and self.dead_letters:
+            self._check_dead_letter_columns(_schema_of(staged[0]).names)
         staging, table_dir = os.fspath(self.staging / f"e{epoch}"), os.fspath(self.table)
         for handle in staged:  # into the table directory; a re-run finds them moved already
             _move_into_table(staging, table_dir, handle["name"], epoch)
@@ -88,8 +95,7 @@ class DeltaTarget(RegionalTarget):
         if table is None:
             if not staged:
                 return
-            schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(staged[0]["schema"])))
-            table = self._delta = DeltaTable.create(str(self.table), schema, mode="ignore")
+            table = self._delta = DeltaTable.create(str(self.table), _schema_of(staged[0]), mode="ignore")
         done = table.transaction_version(self.app_id)
         if done is not None and done >= epoch:
             return  # published before a crash: publish nothing twice
@@ -116,10 +122,22 @@ class DeltaTarget(RegionalTarget):
         done = table.transaction_version(self.app_id)
         return done is not None and done >= epoch
 
+    def location(self) -> str:
+        return str(self.table)
+
     def columns(self) -> list[str] | None:
         """The table's column names; None before its first commit."""
         table = self._open()
         return None if table is None else [f.name for f in table.schema().fields]
+
+    def _check_dead_letter_columns(self, names: list[str]) -> None:
+        """A table that holds other columns (another source's dead letters) is refused: Delta files of
+        another shape would be added to it unchecked."""
+        have = self.columns()
+        if have is not None and have != names:
+            raise RegionalConfigError(
+                f"deadLetterPath={self.table} is a Delta table with columns {have}, but this query's dead letters "
+                f"have {names}: give each source type its own dead-letter table")
 
     def sweep(self, up_to_epoch: int) -> None:
         """Remove staged files of epochs up to ``up_to_epoch``: their epochs are recorded, so what was
@@ -152,6 +170,10 @@ def delta_schema(schema: pa.Schema) -> pa.Schema:
         return schema
     return pa.schema([f.with_type(pa.timestamp(f.type.unit, tz="UTC")) if i in relabel else f
                       for i, f in enumerate(schema)], schema.metadata)
+
+
+def _schema_of(handle: dict[str, Any]) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(handle["schema"])))
 
 
 def _move_into_table(staging: str, table: str, name: str, epoch: int) -> None:

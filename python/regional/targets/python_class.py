@@ -1,19 +1,27 @@
 """``target=python:<module>:<Class>``: any class with ``prepare``, ``commit`` and ``abort``.
 
-The module must be importable by the driver and by every Python worker. The class is built with
-the sink's options (a dict, keys lower-cased, plus ``queryid``). See ``regional.targets.base``.
+The module must be importable by the driver and by every Python worker. The class is built with the sink's
+options (a dict, keys lower-cased, plus ``queryid``). A subclass of ``regional.Target`` is used as it is.
+Any other class is wrapped in ``DuckTarget``, which calls its ``commit(epoch, handles)`` and whichever of
+``Target``'s optional methods it has: this module is the one place that looks a user's class up by name.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
+import pyarrow as pa
+
 from regional.errors import RegionalConfigError
-from regional.targets.base import Target, check_target
+from regional.targets.base import EpochReport, Target
+
+REQUIRED = ("prepare", "commit", "abort")
+OPTIONAL = ("open", "sweep", "published", "on_epoch", "location")
 
 
-def load_python_class(spec: str, options: dict[str, Any]) -> Target:
+def load(spec: str, options: dict[str, str]) -> Target[Any]:
     parts = spec.split(":")
     if len(parts) != 3 or not parts[1] or not parts[2]:
         raise RegionalConfigError(f"target {spec!r} must have the form python:<module>:<Class>")
@@ -25,7 +33,49 @@ def load_python_class(spec: str, options: dict[str, Any]) -> Target:
             f"target {spec!r}: cannot import module {module_name!r} ({exc}); "
             "it must be importable by the driver and by every Python worker (check PYTHONPATH)"
         ) from None
-    cls = getattr(module, class_name, None)
-    if cls is None:
+    cls = vars(module).get(class_name)
+    if not isinstance(cls, type):
         raise RegionalConfigError(f"target {spec!r}: module {module_name!r} has no class {class_name!r}")
-    return check_target(spec, cls(options))
+    instance = cls(options)
+    return instance if isinstance(instance, Target) else DuckTarget(spec, instance, options)
+
+
+class DuckTarget(Target[Any]):
+    """A user's class that does not subclass ``regional.Target``, as a ``Target``."""
+
+    def __init__(self, spec: str, inner: Any, options: dict[str, str]) -> None:
+        super().__init__(options)
+        methods = {name: getattr(inner, name, None) for name in (*REQUIRED, *OPTIONAL)}
+        missing = [name for name in REQUIRED if not callable(methods[name])]
+        if missing:
+            raise RegionalConfigError(f"target {spec!r}: {type(inner).__name__} lacks method(s) {', '.join(missing)}")
+        self.inner = inner
+        self._optional: dict[str, Callable[..., Any]] = {n: m for n in OPTIONAL if callable(m := methods[n])}
+
+    def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Any:
+        return self.inner.prepare(epoch, region, batches)
+
+    def commit(self, epoch: int, handles: dict[str, Any], report: EpochReport | None = None) -> None:
+        self.inner.commit(epoch, handles)  # the documented signature of a plain class: no report
+
+    def abort(self, epoch: int, handles: dict[str, Any]) -> None:
+        self.inner.abort(epoch, handles)
+
+    def open(self, schema: pa.Schema) -> None:
+        if "open" in self._optional:
+            self._optional["open"](schema)
+
+    def sweep(self, up_to_epoch: int) -> None:
+        if "sweep" in self._optional:
+            self._optional["sweep"](up_to_epoch)
+
+    def published(self, epoch: int) -> bool:
+        return bool(self._optional["published"](epoch)) if "published" in self._optional else False
+
+    def on_epoch(self, epoch: int, committed: dict[str, tuple[int, int]],
+                 fallen_back: dict[str, tuple[int, str]]) -> None:
+        if "on_epoch" in self._optional:
+            self._optional["on_epoch"](epoch, committed, fallen_back)
+
+    def location(self) -> str | None:
+        return self._optional["location"]() if "location" in self._optional else None

@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("regional.testing.kafka")
 KAFKA_VERSION = "4.1.1"
@@ -43,7 +44,8 @@ def broker_jars(version: str = KAFKA_VERSION) -> Path:
         return lib
     if shutil.which("mvn") is None:
         raise RuntimeError("the Kafka broker's jars are fetched with Maven: install Maven (apt-get install maven)")
-    work = Path(tempfile.mkdtemp(prefix="kafka-jars-", dir=CACHE.mkdir(parents=True, exist_ok=True) or CACHE))
+    CACHE.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="kafka-jars-", dir=CACHE))
     (work / "pom.xml").write_text(_POM.format(version=version))
     subprocess.run(["mvn", "-q", "-B", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
                     "-DincludeScope=runtime", f"-DoutputDirectory={work / 'lib'}"], check=True,
@@ -130,6 +132,9 @@ class KafkaBroker:
         self.kill()
         raise RuntimeError(f"the Kafka broker did not answer on {self.bootstrap} within {START_TIMEOUT_S:.0f} s")
 
+    def _client_conf(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.bootstrap, "logger": log}
+
     def _ready(self) -> bool:
         from confluent_kafka.admin import AdminClient
 
@@ -139,7 +144,7 @@ class KafkaBroker:
         except OSError:
             return False
         try:
-            AdminClient({"bootstrap.servers": self.bootstrap, "logger": log}).list_topics(timeout=2)
+            AdminClient(self._client_conf()).list_topics(timeout=2)
             return True
         except Exception:
             return False
@@ -170,7 +175,7 @@ class KafkaBroker:
         from confluent_kafka.admin import AdminClient
 
         if self._admin is None:
-            self._admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": log})
+            self._admin = AdminClient(self._client_conf())
         return self._admin
 
     def create_topic(self, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
@@ -213,10 +218,11 @@ class KafkaBroker:
                     done, deadline = False, time.monotonic() + 30
                     while not done and time.monotonic() < deadline:
                         for m in consumer.consume(500, timeout=0.5):
-                            if m.error() is not None:
-                                done = done or m.error().code() == KafkaError._PARTITION_EOF
+                            error = m.error()
+                            if error is not None:
+                                done = done or error.code() == KafkaError._PARTITION_EOF
                                 continue
-                            got.append((m.offset(), m.value()))
+                            got.append((int(m.offset() or 0), m.value()))
                     assert done, f"could not read {topic}-{p} to its end"
                 out[f"{topic}-{p}"] = got
             return out

@@ -1,0 +1,359 @@
+"""Step 3 of an epoch, on the driver: what the tasks reported, checked against the plan, and the decision
+(``docs/design.md``, "One epoch").
+
+- ``TaskOutcome`` is a sink task's commit message; ``outcomes_from_tasks`` matches them to the planned
+  regions and checks them: anything that does not add up is ``Outcome.MISSING`` (the region falls back).
+- ``decide`` makes the epoch's record: the kind (global, regional, forced-global, aborted), what each
+  region committed, which fell back and the epoch they still reference, and every region's state after it.
+- Dead letters (``deadLetterPath``): a quarantined region's range becomes its ``isolating`` range; later
+  plans read it in halves (``plan.isolation_end``) until the failing record stands alone; when that one
+  record fails on every attempt too, it is dead-lettered and its offset counts as done.
+- ``regionTimeout``: a straggler's next ranges are sized to what it did within the timeout (``timed_range``).
+
+Pure: plain functions over the store's model; no Spark, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, NamedTuple
+
+from regional.errors import RegionalPlanError
+from regional.protocol.plan import EpochPlan, RegionRange
+from regional.protocol.settings import Settings
+from regional.store.model import DeadLetter, EpochKind, EpochRecord, FallBack, RegionState, Slice, Standing, TaskFailure
+
+# -- What a task reports ----------------------------------------------------------------------
+
+
+class Outcome(str, Enum):
+    """What happened to one region in one epoch: the one account a task gives and the decision reads."""
+
+    WRITTEN = "written"  # staged what the source read: [start, end), a prefix of the range when cut
+    FAILED = "failed"  # the sink's own work (the target's prepare) failed
+    QUARANTINED = "quarantined"  # the attempt numbered regionAttempts: upstream failed before; read nothing
+    MISSING = "missing"  # no trustworthy account of what was read (no receipt, a task that reported nothing)
+    DEAD_LETTERED = "dead_lettered"  # an isolated record failed on every attempt: it goes to the dead letters
+
+
+DONE = (Outcome.WRITTEN, Outcome.DEAD_LETTERED)  # outcomes after which a region's range counts as done
+UPSTREAM = (Outcome.QUARANTINED, Outcome.DEAD_LETTERED)  # outcomes of attempts that failed before the sink
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """The commit message of one sink task: explicit about what was read, written and staged."""
+
+    partition: int
+    attempt: int
+    status: Outcome
+    query_id: str | None = None  # from the source's read receipt
+    region: str | None = None
+    start: int | None = None  # the offsets the source actually read: [start, end)
+    end: int | None = None
+    rows: int = 0  # rows the target received
+    first_offset: int | None = None  # offsets of the first and last row the target received
+    last_offset: int | None = None
+    handle: Any = None  # the target's staged handle (JSON)
+    reason: str | None = None
+    region_rows: dict[str, int] | None = None  # an all-or-nothing task holding many regions: rows per region
+    dead_letter: bytes | None = None  # quarantined isolated range: its records as the source read them (Arrow IPC)
+    seconds: float | None = None  # WRITTEN: from the source's first read to the end of the sink's writing
+
+
+class RegionOutcome(NamedTuple):
+    """A planned region's outcome, checked against its plan."""
+
+    region: str
+    status: Outcome
+    end: int  # exclusive end of what is done, for WRITTEN
+    rows: int = 0
+    reason: str | None = None
+    dead_letter: bytes | None = None  # DEAD_LETTERED: the record, as the source read it (Arrow IPC)
+    seconds: float | None = None  # WRITTEN: how long its slice took, from the source's first read to the target
+
+
+def outcomes_from_tasks(plan: EpochPlan, tasks: Sequence[TaskOutcome | None]) -> dict[str, RegionOutcome]:
+    """Match task outcomes to planned regions (partition i reads ``plan.regions[i]``) and check them.
+    Anything that does not add up makes the region fall back (MISSING); rows of the wrong region fail."""
+    if not plan.regions and all(t is None or not t.rows for t in tasks):
+        return {}  # an empty epoch (a new query's batch 0 with nothing to read): Spark runs one empty task
+    if len(tasks) != len(plan.regions):
+        raise RegionalPlanError(
+            f"epoch {plan.epoch}: the sink ran {len(tasks)} tasks for {len(plan.regions)} planned regions. "
+            "A repartition, coalesce or other shuffle between the regional source and sink mixes regions; "
+            "remove it, or set spark.regional.enabled=false"
+        )
+    outcomes = {}
+    for i, (rr, task) in enumerate(zip(plan.regions, tasks, strict=True)):
+        outcomes[rr.region] = _checked(plan, i, rr, task)
+    return outcomes
+
+
+def _checked(plan: EpochPlan, i: int, rr: RegionRange, task: TaskOutcome | None) -> RegionOutcome:
+    def missing(why: str) -> RegionOutcome:
+        return RegionOutcome(rr.region, Outcome.MISSING, rr.start, reason=why)
+
+    if task is None:
+        return missing("its task reported nothing")
+    if task.partition != i:
+        return missing(f"partition {i} reported as partition {task.partition}")
+    if task.rows and task.region != rr.region:
+        raise RegionalPlanError(
+            f"epoch {plan.epoch}: sink task {i} received rows of region {task.region!r} but the source planned "
+            f"{rr.region!r} there. An operator between source and sink moved rows between tasks (a shuffle); "
+            "remove it, or set spark.regional.enabled=false"
+        )
+    if task.status is Outcome.QUARANTINED and rr.isolated:
+        if task.query_id != plan.query_id or task.region != rr.region or task.start != rr.start:
+            return missing(f"its quarantine receipt ({task.query_id}, {task.region!r}, {task.start}) does not match "
+                           f"the plan ({plan.query_id}, {rr.region!r}, {rr.start})")
+        if not task.dead_letter:
+            return missing("its isolated record failed on every attempt, but the quarantined attempt could not read "
+                           "it to dead-letter it")
+        return RegionOutcome(rr.region, Outcome.DEAD_LETTERED, rr.end, reason=task.reason,
+                             dead_letter=task.dead_letter)
+    if task.status is not Outcome.WRITTEN:
+        return RegionOutcome(rr.region, task.status, rr.start, reason=task.reason or task.status.value)
+    if task.query_id != plan.query_id or task.region != rr.region or task.start != rr.start or task.end is None:
+        return missing(f"its read receipt ({task.query_id}, {task.region!r}, [{task.start}, {task.end})) does not "
+                       f"match the plan ({plan.query_id}, {rr.region!r}, [{rr.start}, {rr.end}))")
+    if not rr.start < task.end <= rr.end:
+        return missing(f"it read up to {task.end}, outside its planned range [{rr.start}, {rr.end})")
+    if task.rows and not (rr.start <= (task.first_offset or 0) and (task.last_offset or 0) < task.end):
+        raise RegionalPlanError(
+            f"epoch {plan.epoch}: region {rr.region!r} wrote offsets {task.first_offset}..{task.last_offset} "
+            f"outside what its source read, [{rr.start}, {task.end}); the offset column must be the source's"
+        )
+    # Rows the query filtered out still count as done: the source read them.
+    return RegionOutcome(rr.region, Outcome.WRITTEN, task.end, task.rows, seconds=task.seconds)
+
+
+def outcomes_all_or_nothing(plan: EpochPlan, tasks: Sequence[TaskOutcome | None]) -> dict[str, RegionOutcome]:
+    """A query whose plan moves rows between tasks (the JVM shim found a repartition, say): tasks do not
+    match regions, so every region completes its whole range when every task wrote, and none does otherwise."""
+    done = all(t is not None and t.status is Outcome.WRITTEN for t in tasks)
+    rows: dict[str, int] = {}
+    for task in tasks:
+        for region, n in ((task.region_rows or {}) if task else {}).items():
+            rows[region] = rows.get(region, 0) + n
+    planned = {rr.region for rr in plan.regions}
+    unknown = sorted(set(rows) - planned)
+    if unknown:
+        raise RegionalPlanError(f"epoch {plan.epoch}: the sink received rows of regions {unknown[:3]} that the "
+                                "source did not plan in this epoch; the region column must be the source's")
+    why = None if done else "a task of this all-or-nothing epoch failed"
+    return {rr.region: RegionOutcome(rr.region, Outcome.WRITTEN if done else Outcome.FAILED,
+                                     rr.end if done else rr.start, rows.get(rr.region, 0), why)
+            for rr in plan.regions}
+
+
+UNKNOWN_CAUSE = ("unknown: its attempts failed upstream of the sink, and no failure record says why (the "
+                 "cause is recorded by regional's JVM shim)")
+
+
+def with_failure_causes(plan: EpochPlan, outcomes: dict[str, RegionOutcome],
+                        failures: Mapping[int, Sequence[TaskFailure]]) -> dict[str, RegionOutcome]:
+    """Say why a quarantined region's attempts failed, from the JVM shim's failure records
+    (partition i is the plan's region i): for a poisoned UDF, the UDF's exception. A dead-lettered
+    record's reason is its ``error``: the exception's class and message."""
+    named = dict(outcomes)
+    for i, rr in enumerate(plan.regions):
+        outcome, seen = outcomes.get(rr.region), failures.get(i)
+        if outcome is None or outcome.status not in UPSTREAM:
+            continue
+        if outcome.status is Outcome.DEAD_LETTERED:
+            named[rr.region] = outcome._replace(reason=error_of(seen[-1]) if seen else UNKNOWN_CAUSE)
+            continue
+        if not seen:
+            continue
+        last = seen[-1]
+        named[rr.region] = outcome._replace(reason=(
+            f"quarantined after {len(seen)} failed attempt(s); attempt {last.attempt} on executor "
+            f"{last.executor}: {last.message}"))
+    return named
+
+
+def error_of(failure: TaskFailure) -> str:
+    """A dead letter's ``error``. A Python worker's failure is recorded with its own exception line
+    (``ValueError: ...``); any other names its JVM class first."""
+    if failure.exception_class.endswith("PythonException"):
+        return failure.message
+    return f"{failure.exception_class}: {failure.message}"
+
+
+# -- The decision ---------------------------------------------------------------------------
+
+
+def forced_global_reason(previous: Mapping[str, RegionState], settings: Settings) -> str | None:
+    """Tier 1: a region that fell back ``maxConsecutiveFailures`` epochs in a row forces a global epoch."""
+    stuck = sorted(r for r, s in previous.items() if s.consecutive_failures >= settings.max_consecutive_failures)
+
+    if not stuck:
+        return None
+    return (f"{len(stuck)} region(s) fell back {settings.max_consecutive_failures} epochs in a row "
+            f"(maxConsecutiveFailures), e.g. {stuck[0]!r}")
+
+
+def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: EpochRecord | None,
+           force_reason: str | None = None, now: float = 0.0) -> EpochRecord:
+    """Decide epoch ``plan.epoch`` from its regions' outcomes: which regions publish, and every
+    region's state after it. A planned region without an outcome falls back. ``now``: the record's time.
+
+    With ``deadLetterPath``, a quarantined range becomes the region's ``isolating`` range (even in an
+    aborted epoch: what failed on every attempt is known, publishing or not); a committed prefix of it
+    shortens it; a dead-lettered record (an isolated one that failed on every attempt) counts as done.
+    While the isolating range narrows, the region's quarantines count neither as consecutive failures nor
+    towards ``maxFailureRatio``: isolation is progress, and must not hold back the healthy regions."""
+    settings = plan.settings
+    before = previous.regions if previous else {}
+    seen = {rr.region: outcomes.get(rr.region) or RegionOutcome(rr.region, Outcome.MISSING, rr.start,
+                                                                reason="no outcome")
+            for rr in plan.regions}
+    failed = {r: o for r, o in seen.items() if o.status not in DONE}
+    narrowing = isolation_narrowing(plan, failed, before)
+    force_reason = force_reason or plan.force_reason or forced_global_reason(before, settings)
+    kind, reason = epoch_kind(plan, failed, narrowing, force_reason)
+    reset_counters = kind is EpochKind.ABORTED and force_reason is not None and settings.enabled
+
+    timeout = settings.region_timeout_s if settings.enabled else None
+    slow = straggler_cost(plan, seen) if timeout is not None else None
+    committed: dict[str, Slice] = {}
+    fallen_back: dict[str, FallBack] = {}
+    dead_lettered: dict[str, DeadLetter] = {}
+    regions = dict(before)  # regions without work keep their state
+    for rr in plan.regions:
+        # A region's range starts at its committed offset, or where it first starts, or past lost records.
+        state, outcome = before.get(rr.region), seen[rr.region]
+        if state is None:
+            state = RegionState(committed_offset=rr.start)
+        if kind is EpochKind.ABORTED or rr.region in failed:
+            regions[rr.region], fallen_back[rr.region] = fell_back(
+                rr, state, failed.get(rr.region), rr.region in narrowing, reason, reset_counters, timeout)
+        elif outcome.status is Outcome.DEAD_LETTERED:
+            dead_lettered[rr.region] = DeadLetter(rr.start, outcome.reason or UNKNOWN_CAUSE)
+            # RegionState(...) rather than ._replace: this runs once per region with work, and a copy with
+            # changes costs several times more (10,000 regions: tens of ms of the driver's epoch).
+            regions[rr.region] = RegionState(outcome.end, plan.epoch,
+                                             dead_letters=state.dead_letters + (rr.end - rr.start),
+                                             timed_range=state.timed_range if timeout else None)
+        else:
+            committed[rr.region] = Slice(rr.start, outcome.end, outcome.rows, cut=outcome.end < rr.end)
+            regions[rr.region] = wrote(plan.epoch, rr, state, outcome, timeout, slow)
+    planned = {rr.region for rr in plan.regions}
+    for region, (_gone_from, go_on) in plan.lost.items():  # lost records are gone, work or not
+        if region not in planned:
+            regions[region] = regions.get(region, RegionState())._replace(committed_offset=go_on)
+    regional = (previous.regional_epochs if previous else 0) + (kind is EpochKind.REGIONAL)
+    return EpochRecord(plan.epoch, kind, committed, fallen_back, regions, reason, regional, now, dict(plan.lost),
+                       dead_lettered)
+
+
+def isolation_narrowing(plan: EpochPlan, failed: Mapping[str, RegionOutcome],
+                        before: Mapping[str, RegionState]) -> set[str]:
+    """With ``deadLetterPath``: the quarantined regions whose quarantine narrows their isolating range."""
+    settings = plan.settings
+    if not (settings.enabled and settings.dead_letter_path is not None):
+        return set()
+    return {rr.region for rr in plan.regions if rr.region in failed
+            and failed[rr.region].status is Outcome.QUARANTINED and narrows(before.get(rr.region), rr)}
+
+
+def epoch_kind(plan: EpochPlan, failed: Mapping[str, RegionOutcome], narrowing: set[str],
+               force_reason: str | None) -> tuple[EpochKind, str | None]:
+    """The epoch's kind and why, from which regions failed (tier 1 and 2 of ``maxConsecutiveFailures``,
+    ``maxFailureRatio``, ``enabled``)."""
+    settings = plan.settings
+    if not failed:
+        return (EpochKind.FORCED_GLOBAL, force_reason) if force_reason else (EpochKind.GLOBAL, None)
+    if not settings.enabled:
+        return EpochKind.ABORTED, "regional epochs are disabled (spark.regional.enabled=false)"
+    if force_reason:
+        # Tier 2: the forced-global epoch failed. Publish nothing, reset counters, go on.
+        return EpochKind.ABORTED, f"forced global epoch failed: {force_reason}"
+    counted = len(failed) - len(narrowing)
+    if counted > settings.max_failure_ratio * len(plan.regions):
+        return EpochKind.ABORTED, (
+            f"{counted} of {len(plan.regions)} regions with work failed, more than "
+            f"maxFailureRatio={settings.max_failure_ratio}"
+            + (f" ({len(narrowing)} more are isolating poison records)" if narrowing else ""))
+    return EpochKind.REGIONAL, None
+
+
+def wrote(epoch: int, rr: RegionRange, state: RegionState, outcome: RegionOutcome, timeout: float | None,
+          slow: float | None) -> RegionState:
+    """A region's state after it committed ``[rr.start, outcome.end)`` in ``epoch``."""
+    span = outcome.end - rr.start
+    return RegionState(
+        outcome.end, epoch, isolating=rest_of_isolation(state.isolating, outcome.end),
+        dead_letters=state.dead_letters,
+        timed_range=None if timeout is None else timed_range(
+            timeout, state.timed_range, span, outcome.seconds,
+            slow is not None and outcome.seconds is not None and outcome.seconds > slow * span))
+
+
+def fell_back(rr: RegionRange, state: RegionState, own: RegionOutcome | None, narrowed: bool,
+              epoch_reason: str | None, reset_counters: bool, timeout: float | None) -> tuple[RegionState, FallBack]:
+    """A region's state after it fell back: its own failure (``own``), or an aborted epoch (``own`` None).
+    ``narrowed``: its whole planned range failed on every attempt, so the poison is in it."""
+    why = own.reason if own and own.reason else f"epoch aborted: {epoch_reason}"
+    quarantined = own is not None and own.status is Outcome.QUARANTINED
+    counted = own is not None and not narrowed
+    after = RegionState(
+        rr.start, state.last_epoch, 0 if reset_counters else state.consecutive_failures + counted,
+        Standing.QUARANTINED if quarantined else Standing.FALLEN_BACK, why,
+        (rr.start, rr.end) if narrowed else state.isolating, state.dead_letters,
+        state.timed_range if timeout else None)
+    ref = after.ref_epoch
+    return after, FallBack(-1 if ref is None else ref, why, quarantined)
+
+# regionTimeout (FLIP-76: a slow part must not hold the epoch hostage). The source's cut cannot save what is
+# already between it and the sink when the clock runs out (Spark moves it through the UDF anyway: all of a
+# small range), so a straggler's next ranges are sized to what it did within the timeout instead.
+STRAGGLER_COST = 2.0  # a region is a straggler when an offset costs it this many times the epoch's median
+MIN_TIMED_RANGE = 100  # the smallest range a straggler is given (the source's timed read batch)
+
+
+def straggler_cost(plan: EpochPlan, seen: Mapping[str, RegionOutcome]) -> float | None:
+    """Seconds per offset above which a written region counts as a straggler in this epoch: ``STRAGGLER_COST``
+    times the median over the epoch's written regions. Relative, so that slowness every region shares (a
+    loaded machine, a timeout below the tasks' own overhead) sizes no one down."""
+    costs = sorted(o.seconds / (o.end - rr.start) for rr in plan.regions
+                   if (o := seen[rr.region]).status is Outcome.WRITTEN and o.seconds is not None and o.end > rr.start)
+    return STRAGGLER_COST * costs[len(costs) // 2] if costs else None
+
+
+def timed_range(timeout: float, cap: int | None, span: int, seconds: float | None, straggler: bool) -> int | None:
+    """The most offsets a region's next range may hold, from its slice of ``span`` offsets that took ``seconds``
+    (``cap``: its limit so far; None: no limit of its own).
+
+    - Over time: a straggler (or a region already limited) gets what it did per ``timeout``, at least
+      ``MIN_TIMED_RANGE``.
+    - In time with its whole limit used: the limit grows, at most twice.
+    - In time with less than its limit: no limit; a later overrun sizes it again.
+    - Unmeasured: unchanged."""
+    if seconds is None or span <= 0:
+        return cap
+    if seconds > timeout:
+        if cap is None and not straggler:
+            return None
+        return max(MIN_TIMED_RANGE, int(span * timeout / seconds))
+    if cap is not None and span >= cap:
+        return max(MIN_TIMED_RANGE, int(cap * min(2.0, timeout / max(seconds, 1e-3))))
+    return None
+
+
+def narrows(state: RegionState | None, rr: RegionRange) -> bool:
+    """Whether a quarantine of ``rr`` narrows its region's isolating range (or starts one). A range the
+    region has moved past (records lost to retention) is no longer being isolated."""
+    suspect = state.isolating if state else None
+    return suspect is None or rr.start >= suspect[1] or rr.end - rr.start < suspect[1] - suspect[0]
+
+
+def rest_of_isolation(suspect: tuple[int, int] | None, committed_to: int) -> tuple[int, int] | None:
+    """What is left to isolate once offsets up to ``committed_to`` are committed: the poison is past them."""
+    if suspect is None or committed_to >= suspect[1]:
+        return None
+    return max(suspect[0], committed_to), suspect[1]

@@ -1,0 +1,140 @@
+"""The store's read model: ``regional.status(checkpoint)``, the view of a query that ``python -m regional
+status`` prints, the listener reports and ``regional.progress`` returns, without a SparkSession. It reads the
+newest epoch record, the records regions still reference, and as many recent records as asked for, so that it
+stays fast with many regions and epochs."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from regional.store.model import EpochRecord, RegionState, Standing
+from regional.store.store import Store
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The figures a dashboard needs, as of the newest recorded epoch (``regional.progress(query)``, and the
+    listener's per-query metrics). Spark 4.2 lets Python sources and sinks add nothing to ``lastProgress``."""
+
+    epoch: int | None  # the newest recorded epoch
+    kind: str | None  # global | regional | forced_global | aborted
+    regional_epochs: int  # FLIP-600's first metric
+    oldest_ref_epoch: int | None  # FLIP-600's second metric
+    regions: int
+    fallen_back: int  # regions behind now, quarantined ones not counted
+    quarantined: int
+    max_lag: int | None  # offsets the source has seen that are not committed, largest over regions
+    dead_letters: int = 0  # records dead-lettered so far, all regions
+    isolating: int = 0  # regions isolating a poison record now
+
+
+@dataclass(frozen=True)
+class QueryStatus:
+    checkpoint: str
+    regions: dict[str, RegionState]  # every known region's state after the newest epoch
+    epochs: list[EpochRecord]  # retained epoch records, oldest first (the newest ones, when limited)
+    latest_offsets: dict[str, int] = field(default_factory=dict)  # each region's end as the source last saw it
+    ref_recorded_at: dict[int, float] = field(default_factory=dict)  # when each referenced epoch was recorded
+    log_starts: dict[str, int] | None = None  # each region's log start (sources with retention, e.g. Kafka)
+    created_at: float | None = None
+    now: float = 0.0
+
+    @property
+    def last_epoch(self) -> int | None:
+        return self.epochs[-1].epoch if self.epochs else None
+
+    @property
+    def regional_epochs(self) -> int:
+        """How many epochs of this query were regional (FLIP-600's first metric)."""
+        return self.epochs[-1].regional_epochs if self.epochs else 0
+
+    @property
+    def oldest_ref_epoch(self) -> int | None:
+        """The oldest epoch a fallen-back region still references (FLIP-600's second metric)."""
+        return self.epochs[-1].oldest_ref_epoch if self.epochs else None
+
+    def latest_offset(self, region: str) -> int | None:
+        return self.latest_offsets.get(region)
+
+    def lag(self, region: str) -> int | None:
+        """Offsets the source has seen that the region has not committed (records, for files)."""
+        latest, state = self.latest_offsets.get(region), self.regions.get(region)
+        if latest is None:
+            return None
+        return max(latest - (state.committed_offset if state else 0), 0)
+
+    def retention_headroom(self, region: str) -> int | None:
+        """Offsets between the region's committed offset and its log start: how much retention may still
+        delete before the region loses records it needs (negative: already lost). None without retention."""
+        if self.log_starts is None or region not in self.log_starts or region not in self.regions:
+            return None
+        return self.regions[region].committed_offset - self.log_starts[region]
+
+    def ref_age(self, region: str) -> tuple[int | None, float | None]:
+        """How old a fallen-back region's ref_epoch is, in epochs and in seconds; (None, None) when current."""
+        state = self.regions.get(region)
+        if state is None or state.ref_epoch is None or self.last_epoch is None:
+            return None, None
+        if state.ref_epoch < 0:  # never committed: as old as the query
+            since = self.created_at
+            return self.last_epoch + 1, None if since is None else max(self.now - since, 0.0)
+        since = self.ref_recorded_at.get(state.ref_epoch)
+        return self.last_epoch - state.ref_epoch, None if since is None else max(self.now - since, 0.0)
+
+    def region_json(self, region: str) -> dict[str, Any]:
+        s = self.regions[region]
+        age_epochs, age_s = self.ref_age(region)
+        return {"state": s.state.value, "committed_offset": s.committed_offset,
+                "latest_offset": self.latest_offset(region), "lag": self.lag(region), "ref_epoch": s.ref_epoch,
+                "ref_age_epochs": age_epochs, "ref_age_seconds": None if age_s is None else round(age_s, 3),
+                "consecutive_failures": s.consecutive_failures, "reason": s.reason,
+                "retention_headroom": self.retention_headroom(region), "dead_letters": s.dead_letters,
+                "isolating": None if s.isolating is None else list(s.isolating), "timed_range": s.timed_range}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checkpoint": self.checkpoint,
+            "regional_epochs": self.regional_epochs,
+            "oldest_ref_epoch": self.oldest_ref_epoch,
+            "regions": {r: self.region_json(r) for r in sorted(self.regions)},
+            "epochs": [{"epoch": e.epoch, "kind": e.kind.value, "reason": e.reason, "recorded_at": e.recorded_at,
+                        "committed": {r: {"start": s.start, "end": s.end, "rows": s.rows, "cut": s.cut}
+                                      for r, s in e.committed.items()},
+                        "fallen_back": {r: {"ref_epoch": f.ref_epoch, "reason": f.reason,
+                                            "quarantined": f.quarantined} for r, f in e.fallen_back.items()},
+                        "lost": {r: {"from": a, "to": b} for r, (a, b) in e.lost.items()},
+                        "dead_lettered": {r: {"offset": d.offset, "error": d.error}
+                                          for r, d in e.dead_lettered.items()}}
+                       for e in self.epochs],
+        }
+
+    def progress(self) -> Progress:
+        lags = [lag for r in self.regions if (lag := self.lag(r)) is not None]
+        states = [s.state for s in self.regions.values()]
+        return Progress(self.last_epoch, self.epochs[-1].kind.value if self.epochs else None, self.regional_epochs,
+                        self.oldest_ref_epoch, len(self.regions), states.count(Standing.FALLEN_BACK),
+                        states.count(Standing.QUARANTINED), max(lags) if lags else None,
+                        sum(s.dead_letters for s in self.regions.values()),
+                        sum(s.isolating is not None for s in self.regions.values()))
+
+
+def status(checkpoint_location: str | os.PathLike[str], epochs: int | None = None) -> QueryStatus:
+    """The query's regions and its retained epoch records (the newest ``epochs`` of them, if given)."""
+    store = Store(checkpoint_location)
+    numbers = store.epochs()
+    shown = numbers if epochs is None else numbers[-epochs:] if epochs > 0 else numbers[-1:]
+    records = {e: r for e in shown if (r := store.read_record(e)) is not None}
+    latest = records[numbers[-1]] if numbers else None
+    regions = dict(latest.regions) if latest else {}
+    refs = {s.ref_epoch for s in regions.values() if s.ref_epoch is not None and s.ref_epoch >= 0}
+    recorded_at = {}
+    for ref in refs:
+        record = records.get(ref) or store.read_record(ref)
+        if record is not None:
+            recorded_at[ref] = record.recorded_at
+    return QueryStatus(str(store.checkpoint), regions, [records[e] for e in sorted(records)],
+                       store.read_latest_offsets(), recorded_at, store.read_log_starts(), store.created_at(),
+                       time.time())
