@@ -12,7 +12,15 @@ from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 import regional
-from integration.helpers import add_epoch_of_files, assert_exactly_once, poison_udf, regional_stream
+from integration.helpers import (
+    add_epoch_of_files,
+    add_file,
+    assert_exactly_once,
+    poison_udf,
+    regional_stream,
+    run_until_error,
+    table_rows,
+)
 from regional.cli.status import render
 from regional.store import Store
 
@@ -189,3 +197,43 @@ def test_a_poison_kafka_message_is_dead_lettered_with_its_key_and_the_rest_reach
     assert (letter["topic"], letter["partition"], letter["error"]) == (topic, 1, f"ValueError: cannot parse {bad}")
     assert letter["timestamp"] is not None and letter["epoch"] >= 1
     assert regional.status(ck).regions[poisoned].committed_offset == 40
+
+
+def test_explode_and_filter_are_normal_input_never_poison(spark, dirs, tmp_path):
+    """Several rows per offset (explode) and none (filter) reach the target, each exactly once in offset order;
+    nothing is quarantined or dead-lettered. Before the fix, the sink's own order check fired on the exploded
+    offset, counted as an upstream failure, and "y,z" went to the dead-letter table."""
+    inp, out, ck = dirs
+    dlq = tmp_path / "dead-letters"
+    add_file(inp, "a", "001.txt", ["x", "y,z", "drop", "w,v,u"])
+    add_file(inp, "b", "001.txt", ["p", "q,r"])
+    df = regional_stream(spark, inp, ck)
+    exploded = (df.select("region", "offset", F.explode(F.split("value", ",")).alias("value"))
+                .where(F.col("value") != "drop"))
+    query = start(exploded, out, ck, deadLetterPath=str(dlq))
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    landed = sorted(table_rows(out))
+    assert landed == [("a", 0, "x"), ("a", 1, "y"), ("a", 1, "z"), ("a", 3, "u"), ("a", 3, "v"), ("a", 3, "w"),
+                      ("b", 0, "p"), ("b", 1, "q"), ("b", 1, "r")]
+    assert dead_letter_rows(dlq) == []
+    st = regional.status(ck)
+    assert {r: s.committed_offset for r, s in st.regions.items()} == {"a": 4, "b": 2}
+    assert all(s.state.value == "ok" and s.dead_letters == 0 for s in st.regions.values())
+    assert all(not e.fallen_back for e in st.epochs)
+
+
+def test_rows_reordered_between_source_and_sink_fail_the_query_and_dead_letter_nothing(spark, dirs, tmp_path):
+    """An operator that reorders a region's rows breaks the sink's contract: the query fails with an error naming
+    it, at the first epoch, instead of quarantining the region and dead-lettering healthy records."""
+    inp, out, ck = dirs
+    dlq = tmp_path / "dead-letters"
+    add_file(inp, "a", "001.txt", [f"a{i}" for i in range(5)])
+    df = regional_stream(spark, inp, ck).sortWithinPartitions(F.col("offset").desc())
+    message = run_until_error(start(df, out, ck, deadLetterPath=str(dlq)))
+    assert "out of offset order" in message and "reorders rows" in message
+    assert dead_letter_rows(dlq) == []
+    assert not (out / "_delta_log").exists() or table_rows(out) == []
+    assert Store(ck).epochs() == []

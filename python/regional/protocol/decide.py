@@ -61,6 +61,7 @@ class TaskOutcome:
     region_rows: dict[str, int] | None = None  # an all-or-nothing task holding many regions: rows per region
     dead_letter: bytes | None = None  # quarantined isolated range: its records as the source read them (Arrow IPC)
     seconds: float | None = None  # WRITTEN: from the source's first read to the end of the sink's writing
+    plan_error: str | None = None  # the rows broke the sink's contract (reordered, regions mixed): the query fails
 
 
 class RegionOutcome(NamedTuple):
@@ -98,6 +99,8 @@ def _checked(plan: EpochPlan, i: int, rr: RegionRange, task: TaskOutcome | None)
 
     if task is None:
         return missing("its task reported nothing")
+    if task.plan_error is not None:
+        raise RegionalPlanError(f"epoch {plan.epoch}: {task.plan_error}")
     if task.partition != i:
         return missing(f"partition {i} reported as partition {task.partition}")
     if task.rows and task.region != rr.region:

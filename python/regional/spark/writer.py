@@ -68,6 +68,9 @@ class SliceGuard:
         self.last_offset: int | None = None
         self.rows = 0
         self.error: _Upstream | None = None
+        # The rows broke the sink's own contract (regions mixed, offsets out of order, a null region): the query
+        # is wrong, not the records. Never an upstream failure (it would quarantine and dead-letter healthy rows).
+        self.violation: str | None = None
 
     def batches(self, upstream: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         while True:
@@ -78,6 +81,9 @@ class SliceGuard:
                 self._check(batch)
             except StopIteration:
                 return
+            except RegionalPlanError as exc:
+                self.violation = str(exc)
+                return  # the target stages nothing more; the driver fails the query with this message
             except BaseException as exc:
                 self.error = _Upstream(exc)
                 raise self.error from None
@@ -101,9 +107,10 @@ class SliceGuard:
                 "an operator between the regional source and sink (repartition, coalesce, join with a shuffle) "
                 "mixes regions. Remove it, or set spark.regional.enabled=false"
             )
+        # Offsets never go down. Several rows of one offset (explode, flatMap) or none (filter) are normal input.
         offsets = batch.column("offset").to_numpy(zero_copy_only=False)
         previous = self.last_offset if self.last_offset is not None else -1
-        if offsets[0] <= previous or (len(offsets) > 1 and not np.all(offsets[1:] > offsets[:-1])):
+        if offsets[0] < previous or (len(offsets) > 1 and not np.all(offsets[1:] >= offsets[:-1])):
             raise RegionalPlanError(
                 f"sink task {self.partition}: region {self.region!r} arrived out of offset order; "
                 "an operator between the regional source and sink reorders rows (sort, shuffle). Remove it"
@@ -192,6 +199,8 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
             first = next(batches, None)
         except _Upstream as up:
             raise up.original from None
+        if guard.violation is not None:
+            return RegionalCommitMessage(self._violated(key, files, guard, iterator, None))
         if first is None:
             return RegionalCommitMessage(self._outcome(key, files, guard, None))
         label = MIXED_REGIONS if self.mixed else guard.region
@@ -211,6 +220,8 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
             return RegionalCommitMessage(self._failed(key, files, guard, exc))
         if guard.error is not None:  # the target swallowed an upstream failure
             raise guard.error.original from None
+        if guard.violation is not None:
+            return RegionalCommitMessage(self._violated(key, files, guard, iterator, handle))
         if leftover:
             unconsumed = RuntimeError(f"the target returned from prepare() with {leftover} rows not consumed")
             if not self._regional(files):
@@ -245,6 +256,17 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
                            reason=f"quarantined: {key.attempt} attempts failed upstream of the sink")
         return replace(base, status=Outcome.WRITTEN, query_id=receipt.query_id, region=region, start=receipt.start,
                        end=receipt.end, seconds=max(time.time() - receipt.started_at, 0.0))
+
+    def _violated(self, key: TaskKey, files: TaskFiles, guard: SliceGuard, rest: Iterator[pa.RecordBatch],
+                  handle: Any) -> TaskOutcome:
+        """The rows broke the sink's contract: say so to the driver, which fails the query with it (and discards
+        what was staged). The rest of the input is taken, so the Python worker is reused; an upstream failure
+        on the way still fails the task."""
+        for _batch in rest:
+            pass
+        files.remove()
+        return TaskOutcome(key.partition, key.attempt, Outcome.FAILED, region=guard.region, rows=guard.rows,
+                           handle=handle, reason=guard.violation, plan_error=guard.violation)
 
     def _failed(self, key: TaskKey, files: TaskFiles, guard: SliceGuard, exc: BaseException,
                 handle: Any = None) -> TaskOutcome:
