@@ -33,7 +33,7 @@ def run_attempts(plan, fails: dict[str, dict[int, float]], attempts: int = ATTEM
     that still has failures left (``fails[region][offset]``, ``inf`` for a poison record), and uses one of
     them up. All attempts failing quarantines the region; its quarantined attempt reads an isolated record."""
     out = []
-    for i, rr in enumerate(plan.regions):
+    for i, rr in enumerate(plan.ranges):  # the regions' ranges, then the probes of isolated records' neighbours
         left = fails.get(rr.region, {})
         failed = 0
         for _ in range(attempts):
@@ -73,6 +73,8 @@ def test_a_quarantined_range_is_planned_in_halves_until_its_poison_record_stands
     assert ranges[:4] == [(0, 60, False), (0, 30, False), (30, 45, False), (30, 37, False)]
     assert ranges[-1] == (37, 38, True)
     assert len(ranges) <= math.ceil(math.log2(120)) + 1
+    # b had no work then: the evidence that 37 is poison is its probe, records beside it that passed in that epoch
+    assert [(r.region, r.start, r.end) for r in plan.probes] == [("a", 29, 37)]
     assert record.dead_lettered["a"].offset == 37 and record.kind is EpochKind.GLOBAL
     assert record.regions["a"].committed_offset == 38 and record.regions["a"].isolating is None
     assert record.regions["a"].dead_letters == 1 and record.regions["a"].state is Standing.OK
@@ -93,14 +95,16 @@ def test_an_isolated_record_is_not_dead_lettered_in_an_aborted_epoch_but_what_fa
     states = {"a": RegionState(0, None, 0, Standing.QUARANTINED, "q", isolating=(0, 1)), "b": RegionState(0)}
     plan = plan_epoch(5, "q", "ck", states, {"a": 9, "b": 3}, s)
     assert [(r.region, r.start, r.end, r.isolated) for r in plan.regions] == [("a", 0, 1, True), ("b", 0, 3, False)]
+    assert [(r.region, r.start, r.end) for r in plan.probes] == [("a", 1, 9)]  # the records after it
+    probe = TaskOutcome(2, 0, Outcome.WRITTEN, "q", "a", 1, 9, 8, 1, 8, "p")
     tasks = [TaskOutcome(0, ATTEMPTS, Outcome.QUARANTINED, "q", "a", 0, 0, dead_letter=record_bytes("a", 0)),
-             TaskOutcome(1, 0, Outcome.FAILED, region="b", reason="target down")]
+             TaskOutcome(1, 0, Outcome.FAILED, region="b", reason="target down"), probe]
     previous = EpochRecord(4, EpochKind.REGIONAL, {}, {}, states)
     record = decide(plan, outcomes_from_tasks(plan, tasks), previous)
     assert record.kind is EpochKind.ABORTED and not record.dead_lettered
     assert record.regions["a"].committed_offset == 0 and record.regions["a"].isolating == (0, 1)
     healthy = TaskOutcome(1, 0, Outcome.WRITTEN, "q", "b", 0, 3, 3, 0, 2, "h")
-    record = decide(plan, outcomes_from_tasks(plan, [tasks[0], healthy]), previous)
+    record = decide(plan, outcomes_from_tasks(plan, [tasks[0], healthy, probe]), previous)
     assert record.kind is EpochKind.GLOBAL and record.dead_lettered["a"].offset == 0
 
 
@@ -129,30 +133,50 @@ def test_dead_letter_path_is_a_setting_with_conf_default_and_refuses_remote_sche
 def test_isolation_finds_every_poison_record_and_publishes_everything_else_once_in_order(n, poison, transient,
                                                                                          healthy):
     """A region of n records with poison records (fail always) and transient ones (fail a few times), next to
-    a healthy region: every poison record is dead-lettered once, a record that fails fewer times than
-    regionAttempts never is, everything else is committed once in offset order, and each poison record
-    costs O(log n) epochs."""
+    a healthy region with work in every epoch: every poison record is dead-lettered once, a record that fails
+    fewer times than regionAttempts never is, everything else is committed once in offset order, and each poison
+    record costs O(log n) epochs. (When nothing beside a suspect passes: ``test_a_record_with_no_neighbours_...``
+    and ``test_a_quarantined_range_is_planned_in_halves_...``; outages: tests/test_outages.py.)"""
     poison = {p for p in poison if p < n}
     fails = {"p": {**{o: t for o, t in transient.items() if o < n}, **{o: math.inf for o in poison}}}
-    s = with_dead_letters()  # maxFailureRatio 0.5: p alone failing is all regions with work, yet nothing aborts
-    available = {"p": n, "h": healthy}
+    s = with_dead_letters()
+    available = {"p": n, "h": healthy + 1}
     record, published, dead = None, {"p": [], "h": []}, []
-    bound = (len(poison) + len(transient)) * (math.ceil(math.log2(n)) + 3) + 2
+    # Each suspect costs O(log n) epochs, two more when nothing beside it passed (a probe), and p failing alone is
+    # an outage that counts: every maxConsecutiveFailures-th epoch is then forced global.
+    bound = ((len(poison) + len(transient)) * (math.ceil(math.log2(n)) + 5) + 2) * 11 // 10 + 2
     for epoch in range(bound):
-        plan = plan_epoch(epoch, "q", "ck", record.regions if record else {}, available, s)
-        if not plan.regions:
+        if record is not None and record.regions["p"].committed_offset == n:
             break
+        available["h"] += 1
+        plan = plan_epoch(epoch, "q", "ck", record.regions if record else {}, available, s)
         record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, fails)), record)
         for region, sl in record.committed.items():
             published[region] += list(range(sl.start, sl.end))
         dead += [d.offset for d in record.dead_lettered.values()]
-        assert record.kind is not EpochKind.ABORTED and record.reason is None  # isolation forces nothing
+        if any(r != "p" for r in record.committed):  # while another region passes, isolation forces nothing
+            assert record.kind is not EpochKind.ABORTED and record.reason is None
     else:
         raise AssertionError(f"not done within {bound} epochs")
     assert sorted(dead) == dead and set(dead) >= poison
     assert all(transient.get(o, 0) >= ATTEMPTS or o in poison for o in dead)  # rarely failing: never dead
     assert sorted(published["p"] + dead) == list(range(n)) and published["p"] == sorted(published["p"])
-    assert published["h"] == list(range(healthy))
+    assert published["h"] == list(range(len(published["h"])))
+
+
+def test_a_record_with_no_neighbours_is_never_evidence_of_poison():
+    """A region whose only record fails alone, with no other region at work: nothing can show that records beside it
+    pass (an outage looks the same), so it is never dead-lettered. It stays quarantined, named in its reason, its
+    failures counted, and the epochs back off; it is not silently dropped."""
+    s = with_dead_letters()
+    record = None
+    for epoch in range(12):
+        plan = plan_epoch(epoch, "q", "ck", record.regions if record else {}, {"p": 1}, s)
+        record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, {"p": {0: math.inf}})), record)
+        assert not record.dead_lettered and not record.committed
+    p = record.regions["p"]
+    assert p.committed_offset == 0 and p.state is Standing.QUARANTINED and "no records beside it passed" in p.reason
+    assert record.outage_epochs > 1 and record.backoff_s > 1
 
 
 # -- the dead-letter table through commit_epoch ---------------------------------------------------------------
@@ -210,9 +234,9 @@ def test_an_isolating_range_the_region_moved_past_is_replaced_not_kept():
     """Records lost to retention moved the region past its isolating range: a new quarantine starts a new one
     (with the old one kept, planning would ignore it and the region would retry its whole range for ever)."""
     s = with_dead_letters()
-    states = {"a": RegionState(15, 3, 0, Standing.QUARANTINED, "q", isolating=(0, 10))}
-    plan = plan_epoch(4, "q", "ck", states, {"a": 40}, s)
-    assert [(r.start, r.end, r.isolated) for r in plan.regions] == [(15, 40, False)]
+    states = {"a": RegionState(15, 3, 0, Standing.QUARANTINED, "q", isolating=(0, 10)), "b": RegionState(0, 3)}
+    plan = plan_epoch(4, "q", "ck", states, {"a": 40, "b": 5}, s)  # b passes beside it: not an outage
+    assert [(r.start, r.end, r.isolated) for r in plan.regions] == [(15, 40, False), (0, 5, False)]
     record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, {"a": {20: math.inf}})),
                     EpochRecord(3, EpochKind.REGIONAL, {}, {}, states))
     assert record.regions["a"].isolating == (15, 40) and record.regions["a"].consecutive_failures == 0

@@ -100,7 +100,9 @@ def commit_epoch(plan: EpochPlan, tasks: Sequence[TaskOutcome | None], store: Ep
     nothing twice and records what was really published the first time. ``mixed``: the query's plan moves
     rows between tasks (the JVM shim's plan check), so the epoch is all-or-nothing and handles are per task."""
     epoch = plan.epoch
-    staged_now = {t.region if t.region and not mixed else f"#{t.partition}": t.handle
+    # Keyed by region; a task that holds many regions (mixed) or a probe (never published) by its partition.
+    regions = len(plan.regions)
+    staged_now = {t.region if t.region and not mixed and t.partition < regions else f"#{t.partition}": t.handle
                   for t in tasks if t is not None and t.handle is not None}
     if plan.query_id != store.query_id():
         target.abort(epoch, staged_now)

@@ -21,3 +21,7 @@ class RegionalPlanError(RegionalError):
 
 class RegionalDataLossError(RegionalError):
     """Records a region still needed are gone from its source (retention, a deleted topic): failOnDataLoss."""
+
+
+class RegionalDeadLetterLimitError(RegionalError):
+    """More records would be dead-lettered in one epoch than ``maxDeadLettersPerEpoch`` allows."""

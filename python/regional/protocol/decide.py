@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, NamedTuple
 
-from regional.errors import RegionalPlanError
+from regional.errors import RegionalDeadLetterLimitError, RegionalPlanError
 from regional.protocol.plan import EpochPlan, RegionRange
 from regional.protocol.settings import Settings
 from regional.store.model import DeadLetter, EpochKind, EpochRecord, FallBack, RegionState, Slice, Standing, TaskFailure
@@ -74,6 +74,7 @@ class RegionOutcome(NamedTuple):
     reason: str | None = None
     dead_letter: bytes | None = None  # DEAD_LETTERED: the record, as the source read it (Arrow IPC)
     seconds: float | None = None  # WRITTEN: how long its slice took, from the source's first read to the target
+    neighbours_passed: bool = False  # its probe (records beside its isolated record) wrote rows in this epoch
 
 
 def outcomes_from_tasks(plan: EpochPlan, tasks: Sequence[TaskOutcome | None]) -> dict[str, RegionOutcome]:
@@ -81,15 +82,21 @@ def outcomes_from_tasks(plan: EpochPlan, tasks: Sequence[TaskOutcome | None]) ->
     Anything that does not add up makes the region fall back (MISSING); rows of the wrong region fail."""
     if not plan.regions and all(t is None or not t.rows for t in tasks):
         return {}  # an empty epoch (a new query's batch 0 with nothing to read): Spark runs one empty task
-    if len(tasks) != len(plan.regions):
+    ranges = plan.ranges
+    if len(tasks) != len(ranges):
         raise RegionalPlanError(
-            f"epoch {plan.epoch}: the sink ran {len(tasks)} tasks for {len(plan.regions)} planned regions. "
+            f"epoch {plan.epoch}: the sink ran {len(tasks)} tasks for {len(plan.regions)} planned regions"
+            + (f" and {len(plan.probes)} probes" if plan.probes else "") + ". "
             "A repartition, coalesce or other shuffle between the regional source and sink mixes regions; "
             "remove it, or set spark.regional.enabled=false"
         )
     outcomes = {}
-    for i, (rr, task) in enumerate(zip(plan.regions, tasks, strict=True)):
+    for i, (rr, task) in enumerate(zip(plan.regions, tasks, strict=False)):
         outcomes[rr.region] = _checked(plan, i, rr, task)
+    for i, rr in enumerate(plan.probes, start=len(plan.regions)):  # evidence for its region's isolated record
+        probe = _checked(plan, i, rr, tasks[i])
+        if probe.status is Outcome.WRITTEN and probe.rows > 0:
+            outcomes[rr.region] = outcomes[rr.region]._replace(neighbours_passed=True)
     return outcomes
 
 
@@ -208,17 +215,31 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
     With ``deadLetterPath``, a quarantined range becomes the region's ``isolating`` range (even in an
     aborted epoch: what failed on every attempt is known, publishing or not); a committed prefix of it
     shortens it; a dead-lettered record (an isolated one that failed on every attempt) counts as done.
-    While the isolating range narrows, the region's quarantines count neither as consecutive failures nor
-    towards ``maxFailureRatio``: isolation is progress, and must not hold back the healthy regions."""
+
+    Poison needs evidence (``with_evidence``): an isolated record is dead-lettered only when records beside it
+    pass now. An epoch in which every region with work failed is an outage: its quarantines count towards
+    ``maxFailureRatio`` and ``maxConsecutiveFailures`` like any failure, and one that made no progress at all
+    makes the next epoch wait (``EpochRecord.backoff_s``). Otherwise, while an isolating range narrows, the region's
+    quarantines count neither as consecutive failures nor towards ``maxFailureRatio``: isolation is progress,
+    and must not hold back the healthy regions."""
     settings = plan.settings
     before = previous.regions if previous else {}
-    seen = {rr.region: outcomes.get(rr.region) or RegionOutcome(rr.region, Outcome.MISSING, rr.start,
-                                                                reason="no outcome")
-            for rr in plan.regions}
+    seen = with_evidence({rr.region: outcomes.get(rr.region) or RegionOutcome(
+        rr.region, Outcome.MISSING, rr.start, reason="no outcome") for rr in plan.regions})
+    letters = sorted(r for r, o in seen.items() if o.status is Outcome.DEAD_LETTERED)
+    if len(letters) > settings.max_dead_letters_per_epoch:
+        raise RegionalDeadLetterLimitError(
+            f"epoch {plan.epoch} would dead-letter {len(letters)} records (regions {', '.join(letters[:5])}), more "
+            f"than maxDeadLettersPerEpoch={settings.max_dead_letters_per_epoch}; nothing was dead-lettered. So many "
+            f"poison records at once usually mean a bug or a broken dependency, not bad input: look at the error "
+            f"({seen[letters[0]].reason}), fix it and restart; or raise maxDeadLettersPerEpoch if the records "
+            "really are bad")
     failed = {r: o for r, o in seen.items() if o.status not in DONE}
+    outage = bool(plan.regions) and not letters and not any(o.status is Outcome.WRITTEN for o in seen.values())
     narrowing = isolation_narrowing(plan, failed, before)
+    excused = set() if outage else narrowing  # isolation is progress, unless every region with work failed
     force_reason = force_reason or plan.force_reason or forced_global_reason(before, settings)
-    kind, reason = epoch_kind(plan, failed, narrowing, force_reason)
+    kind, reason = epoch_kind(plan, failed, excused, force_reason)
     reset_counters = kind is EpochKind.ABORTED and force_reason is not None and settings.enabled
 
     timeout = settings.region_timeout_s if settings.enabled else None
@@ -234,7 +255,8 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
             state = RegionState(committed_offset=rr.start)
         if kind is EpochKind.ABORTED or rr.region in failed:
             regions[rr.region], fallen_back[rr.region] = fell_back(
-                rr, state, failed.get(rr.region), rr.region in narrowing, reason, reset_counters, timeout)
+                rr, state, failed.get(rr.region), rr.region in narrowing, rr.region in excused, reason,
+                reset_counters, timeout)
         elif outcome.status is Outcome.DEAD_LETTERED:
             dead_lettered[rr.region] = DeadLetter(rr.start, outcome.reason or UNKNOWN_CAUSE)
             # RegionState(...) rather than ._replace: this runs once per region with work, and a copy with
@@ -250,8 +272,33 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
         if region not in planned:
             regions[region] = regions.get(region, RegionState())._replace(committed_offset=go_on)
     regional = (previous.regional_epochs if previous else 0) + (kind is EpochKind.REGIONAL)
+    stalled = outage and not narrowing  # nothing committed, dead-lettered or narrowed: the next epoch waits
+    outages = (previous.outage_epochs if previous else 0) + 1 if stalled else 0
     return EpochRecord(plan.epoch, kind, committed, fallen_back, regions, reason, regional, now, dict(plan.lost),
-                       dead_lettered)
+                       dead_lettered, outages)
+
+
+# Poison needs evidence, in the same epoch: a record that failed alone on every attempt is dead-lettered only when
+# records beside it passed under the same conditions: another region with work wrote, or its probe (records beside
+# it, read in a task of their own) wrote rows. Evidence from an earlier epoch is not enough: an outage may have
+# begun since.
+NO_EVIDENCE = ("failed alone on every attempt, but no records beside it passed in the same epoch (every region "
+               "with work failed, or had none: an outage?); it is tried again")
+
+
+def with_evidence(seen: dict[str, RegionOutcome]) -> dict[str, RegionOutcome]:
+    """``seen``, with each dead letter that lacks evidence turned back into a quarantine."""
+    letters = [r for r, o in seen.items() if o.status is Outcome.DEAD_LETTERED]
+    if not letters:
+        return seen
+    writers = {r for r, o in seen.items() if o.status is Outcome.WRITTEN}
+    checked = dict(seen)
+    for region in letters:
+        if seen[region].neighbours_passed or writers - {region}:
+            continue
+        checked[region] = seen[region]._replace(status=Outcome.QUARANTINED, dead_letter=None,
+                                                reason=f"{NO_EVIDENCE} ({seen[region].reason})")
+    return checked
 
 
 def isolation_narrowing(plan: EpochPlan, failed: Mapping[str, RegionOutcome],
@@ -297,13 +344,14 @@ def wrote(epoch: int, rr: RegionRange, state: RegionState, outcome: RegionOutcom
             slow is not None and outcome.seconds is not None and outcome.seconds > slow * span))
 
 
-def fell_back(rr: RegionRange, state: RegionState, own: RegionOutcome | None, narrowed: bool,
+def fell_back(rr: RegionRange, state: RegionState, own: RegionOutcome | None, narrowed: bool, excused: bool,
               epoch_reason: str | None, reset_counters: bool, timeout: float | None) -> tuple[RegionState, FallBack]:
     """A region's state after it fell back: its own failure (``own``), or an aborted epoch (``own`` None).
-    ``narrowed``: its whole planned range failed on every attempt, so the poison is in it."""
+    ``narrowed``: its whole planned range failed on every attempt, so the poison is in it (or an outage hit it);
+    ``excused``: that narrowing is isolation's progress, not counted as a failure."""
     why = own.reason if own and own.reason else f"epoch aborted: {epoch_reason}"
     quarantined = own is not None and own.status is Outcome.QUARANTINED
-    counted = own is not None and not narrowed
+    counted = own is not None and not excused
     after = RegionState(
         rr.start, state.last_epoch, 0 if reset_counters else state.consecutive_failures + counted,
         Standing.QUARANTINED if quarantined else Standing.FALLEN_BACK, why,
@@ -311,6 +359,7 @@ def fell_back(rr: RegionRange, state: RegionState, own: RegionOutcome | None, na
         state.timed_range if timeout else None)
     ref = after.ref_epoch
     return after, FallBack(-1 if ref is None else ref, why, quarantined)
+
 
 # regionTimeout (FLIP-76: a slow part must not hold the epoch hostage). The source's cut cannot save what is
 # already between it and the sink when the clock runs out (Spark moves it through the UDF anyway: all of a

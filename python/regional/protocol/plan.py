@@ -34,12 +34,16 @@ class RegionRange(NamedTuple):
     end: int
     ref_epoch: int | None  # the epoch whose offset it still uses when it fell back; None when current
     isolated: bool = False  # one suspect record alone: if it fails on every attempt, it is dead-lettered
+    # Neighbours of an isolated record, read in the same epoch to show that records beside it pass now (poison
+    # needs evidence): one of the plan's ``probes``, never committed, whatever happens.
+    probe: bool = False
 
 
 @dataclass(frozen=True)
 class EpochPlan:
     """The offset Spark logs for one epoch. ``regions`` are the regions with work, sorted by id:
-    Spark partition i reads ``regions[i]``. Regions without work are in the store, not here."""
+    Spark partition i reads ``regions[i]``; after them, partition ``len(regions) + j`` reads ``probes[j]``.
+    Regions without work are in the store, not here."""
 
     query_id: str
     epoch: int
@@ -49,6 +53,12 @@ class EpochPlan:
     final: bool = False  # a bounded input: once this plan is published whole, nothing is left to read
     force_reason: str | None = None  # this epoch must be forced-global (a graceful stop asked for it)
     lost: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # region -> (from, to): skipped, gone
+    probes: tuple[RegionRange, ...] = ()  # neighbours of the isolated records, read beside them (never committed)
+
+    @property
+    def ranges(self) -> tuple[RegionRange, ...]:
+        """What Spark partition i reads: the regions' ranges, then the probes."""
+        return self.regions + self.probes if self.probes else self.regions
 
     def to_offset(self) -> dict[str, Any]:
         return {
@@ -60,6 +70,7 @@ class EpochPlan:
             "settings": self.settings.to_json(),
             "regions": [[r.region, r.start, r.end, r.ref_epoch, r.isolated] for r in self.regions],
             "lost": {r: list(span) for r, span in self.lost.items()},
+            "probes": [[r.region, r.start, r.end] for r in self.probes],
         }
 
     @classmethod
@@ -80,11 +91,13 @@ class EpochPlan:
             regions = tuple(RegionRange(str(r), int(s), int(e), None if ref is None else int(ref),
                                         bool(isolated[0]) if isolated else False)
                             for r, s, e, ref, *isolated in offset["regions"])
+            probes = tuple(RegionRange(str(r), int(s), int(e), None, probe=True)
+                           for r, s, e in offset.get("probes", ()))
             force = offset["force_reason"]
             lost = {str(r): (int(a), int(b)) for r, (a, b) in offset.get("lost", {}).items()}
             return cls(str(offset["query_id"]), int(offset["epoch"]), str(offset["store"]), regions,
                        Settings.from_json(offset["settings"]), bool(offset["final"]),
-                       None if force is None else str(force), lost)
+                       None if force is None else str(force), lost, probes)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RegionalStoreError(
                 f"the offset {str(dict(offset))[:200]} was not written by this version of the regional source "
@@ -139,6 +152,7 @@ def plan_epoch(
     isolating = settings.enabled and settings.dead_letter_path is not None
     timed = settings.enabled and settings.region_timeout_s is not None
     alone: set[str] = set()  # regions whose range is to be one suspect record
+    probes: dict[str, tuple[int, int]] = {}  # neighbours of isolated records, read beside them
     for region in sorted(set(states) | set(available)):
         state = states.get(region)
         start = state.committed_offset if state else first.get(region, log_starts.get(region, 0))
@@ -160,6 +174,9 @@ def plan_epoch(
             end = min(end, isolation_end(start, state.isolating))
             if end == start + 1 == state.isolating[1]:
                 alone.add(region)
+                probe = probe_range(start, available.get(region, start), log_starts.get(region, 0))
+                if probe is not None:
+                    probes[region] = probe
         if max_per_region is not None:
             end = min(end, start + max_per_region)
         backlog[region] = (start, end)
@@ -170,7 +187,22 @@ def plan_epoch(
     ranges = tuple(RegionRange(r, s, e, states[r].ref_epoch if r in states else None,
                                r in alone and e == s + 1)
                    for r, (s, e) in backlog.items() if e > s)
-    return EpochPlan(query_id, epoch, store, ranges, settings, final, force_reason, lost)
+    probed = tuple(RegionRange(rr.region, *probes[rr.region], None, probe=True)
+                   for rr in ranges if rr.isolated and rr.region in probes)
+    return EpochPlan(query_id, epoch, store, ranges, settings, final, force_reason, lost, probed)
+
+
+PROBE_SPAN = 8  # neighbours a probe reads (several: a Kafka offset may hold no record)
+
+
+def probe_range(suspect: int, end: int, first: int) -> tuple[int, int] | None:
+    """The neighbours of an isolated record at ``suspect`` that its probe reads in the same epoch: those before it
+    (already committed: they passed once, and must pass again now), else those after it; None when it has none."""
+    if suspect > first:
+        return max(first, suspect - PROBE_SPAN), suspect
+    if end > suspect + 1:
+        return suspect + 1, min(end, suspect + 1 + PROBE_SPAN)
+    return None
 
 
 def isolation_end(start: int, suspect: tuple[int, int]) -> int:

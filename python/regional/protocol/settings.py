@@ -29,6 +29,7 @@ DEFAULTS: dict[str, str] = {
     "regionAttempts": "2",
     "retainEpochs": "100",
     "deadLetterPath": "",
+    "maxDeadLettersPerEpoch": "10",
 }
 SETTING_KEYS = {k.lower(): k for k in DEFAULTS}  # lower-cased -> canonical spelling
 
@@ -44,6 +45,7 @@ class Settings:
     region_attempts: int = 2
     retain_epochs: int = 100
     dead_letter_path: str | None = None  # a Delta table for records isolated as poison; None: no isolation
+    max_dead_letters_per_epoch: int = 10  # the dead-letter brake: more in one epoch fails the query
 
     @classmethod
     def parse(cls, values: Mapping[str, str]) -> Settings:
@@ -58,6 +60,7 @@ class Settings:
             region_attempts=parse_int(opts, "regionAttempts", minimum=1),
             retain_epochs=parse_int(opts, "retainEpochs", minimum=1),
             dead_letter_path=optional_local_path("deadLetterPath", opts.get("deadletterpath", "")),
+            max_dead_letters_per_epoch=parse_int(opts, "maxDeadLettersPerEpoch", minimum=0),
         )
 
     def all_or_nothing(self) -> Settings:
@@ -68,7 +71,8 @@ class Settings:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Settings:
-        names = {f.name for f in fields(cls)} - {"dead_letter_path"}
+        optional = {"dead_letter_path", "max_dead_letters_per_epoch"}  # absent in plans written before them
+        names = {f.name for f in fields(cls)} - optional
         missing = names - set(data)
         if missing:
             raise ValueError(f"settings lack {sorted(missing)}")
@@ -76,7 +80,8 @@ class Settings:
         dead_letters = data.get("dead_letter_path")  # absent in plans written before dead letters existed
         return cls(bool(data["enabled"]), int(data["max_consecutive_failures"]), float(data["max_failure_ratio"]),
                    None if timeout is None else float(timeout), int(data["region_attempts"]),
-                   int(data["retain_epochs"]), None if dead_letters is None else str(dead_letters))
+                   int(data["retain_epochs"]), None if dead_letters is None else str(dead_letters),
+                   int(data.get("max_dead_letters_per_epoch", cls.max_dead_letters_per_epoch)))
 
 
 def given_settings(options: Mapping[str, str]) -> dict[str, str]:

@@ -131,6 +131,8 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stopping = self.store.final_epoch_requested_since(self.started_at)
         if stopping and record is not None and record.whole:
             return start  # a graceful stop got its final global epoch: start no other
+        if record is not None and not stopping and self._backing_off(record):
+            return start  # an outage: no epoch yet (Spark asks again)
         per_region, total = self._limits(limit)
         available = self.input.available(epoch)
         states = record.regions if record else {}
@@ -156,6 +158,20 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # query, or Trigger.AvailableNow, ends). Except for a new query: Spark runs its batch 0 whatever the
         # source says, so epoch 0 is then an empty plan and Spark's batch ids stay the regional epochs.
         return plan.to_offset() if plan.regions or previous == INITIAL_EPOCH else start
+
+    def _backing_off(self, record: EpochRecord) -> bool:
+        """After epochs in which every region with work failed and nothing progressed (an outage), the next epoch
+        waits: 1 s, doubling, capped (``EpochRecord.backoff_s``). Trigger.AvailableNow ends when the
+        source has nothing new, so there the wait is a sleep; otherwise Spark is told there is nothing yet."""
+        wait = record.recorded_at + record.backoff_s - time.time()
+        if wait <= 0:
+            return False
+        if self.available_now is None:
+            return True
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and not self.store.final_epoch_requested_since(self.started_at):
+            time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
+        return False
 
     def _retention(self, states: Mapping[str, RegionState],
                    available: Mapping[str, int]) -> tuple[dict[str, int], Retention | None]:
@@ -194,7 +210,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         plan = EpochPlan.from_offset(end)
         return [RegionPartition(plan.query_id, plan.epoch, i, r, plan.settings,
                                 self.input.split(r.region, r.start, r.end))
-                for i, r in enumerate(plan.regions)]
+                for i, r in enumerate(plan.ranges)]
 
     # -- reading, in the task -------------------------------------------------------------------------
 

@@ -157,6 +157,9 @@ class DeadLetter:
     error: str  # the exception's class and message, as the failed attempts raised it
 
 
+OUTAGE_BACKOFF_MAX_S = 30.0
+
+
 @dataclass(frozen=True)
 class EpochRecord:
     """One decided and published epoch. ``regions`` holds every known region's state after it."""
@@ -171,11 +174,22 @@ class EpochRecord:
     recorded_at: float = 0.0  # wall-clock seconds when the epoch was decided
     lost: dict[str, tuple[int, int]] = field(default_factory=dict)  # region -> offsets skipped [from, to): gone
     dead_lettered: dict[str, DeadLetter] = field(default_factory=dict)  # region -> its record dead-lettered
+    # Epochs in a row, this one included, in which every region with work failed and nothing progressed (an
+    # outage, not poison): the next epoch waits ``backoff_s`` after this one.
+    outage_epochs: int = 0
+
+    @property
+    def backoff_s(self) -> float:
+        """How long the next epoch waits after this one: 0, or 1 s after a stalled outage epoch, doubling with each
+        one in a row, at most ``OUTAGE_BACKOFF_MAX_S``."""
+        return 0.0 if self.outage_epochs <= 0 else min(OUTAGE_BACKOFF_MAX_S, 2.0 ** (self.outage_epochs - 1))
 
     @property
     def whole(self) -> bool:
-        """No region is behind: every known region is current."""
-        return all(s.state is Standing.OK for s in self.regions.values())
+        """No region is behind: every known region is current, and none was cut by regionTimeout in this epoch
+        (a cut region committed a prefix and has the rest of its range still to read)."""
+        return (all(s.state is Standing.OK for s in self.regions.values())
+                and not any(s.cut for s in self.committed.values()))
 
     @property
     def ref_epochs(self) -> set[int]:
@@ -203,6 +217,7 @@ class EpochRecord:
             "regions": regions_to_columns(self.regions),
             "lost": {r: list(span) for r, span in self.lost.items()},
             "dead_lettered": {r: [d.offset, d.error] for r, d in self.dead_lettered.items()},
+            "outage_epochs": self.outage_epochs,
         }
 
     @classmethod
@@ -221,6 +236,7 @@ class EpochRecord:
             recorded_at=float(data["recorded_at"]),
             lost={str(r): (int(a), int(b)) for r, (a, b) in data.get("lost", {}).items()},
             dead_lettered={str(r): DeadLetter(int(o), str(e)) for r, (o, e) in data.get("dead_lettered", {}).items()},
+            outage_epochs=int(data.get("outage_epochs", 0)),
         )
 
 
@@ -282,4 +298,7 @@ def describe(record: EpochRecord) -> str:
                  + ", ".join(f"{r}@{d.offset}" for r, d in sorted(record.dead_lettered.items())) + "]")
     if record.reason:
         line += f"; {record.reason}"
+    if record.outage_epochs:
+        line += (f"; outage: every region with work failed ({record.outage_epochs} epoch(s) in a row), the next "
+                 f"epoch waits {record.backoff_s:.0f}s")
     return line

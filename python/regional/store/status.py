@@ -29,6 +29,7 @@ class Progress:
     max_lag: int | None  # offsets the source has seen that are not committed, largest over regions
     dead_letters: int = 0  # records dead-lettered so far, all regions
     isolating: int = 0  # regions isolating a poison record now
+    outage_epochs: int = 0  # epochs in a row in which every region with work failed (an outage, backing off)
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,7 @@ class QueryStatus:
             "oldest_ref_epoch": self.oldest_ref_epoch,
             "regions": {r: self.region_json(r) for r in sorted(self.regions)},
             "epochs": [{"epoch": e.epoch, "kind": e.kind.value, "reason": e.reason, "recorded_at": e.recorded_at,
+                        "outage_epochs": e.outage_epochs, "backoff_s": e.backoff_s,
                         "committed": {r: {"start": s.start, "end": s.end, "rows": s.rows, "cut": s.cut}
                                       for r, s in e.committed.items()},
                         "fallen_back": {r: {"ref_epoch": f.ref_epoch, "reason": f.reason,
@@ -118,7 +120,8 @@ class QueryStatus:
                         self.oldest_ref_epoch, len(self.regions), states.count(Standing.FALLEN_BACK),
                         states.count(Standing.QUARANTINED), max(lags) if lags else None,
                         sum(s.dead_letters for s in self.regions.values()),
-                        sum(s.isolating is not None for s in self.regions.values()))
+                        sum(s.isolating is not None for s in self.regions.values()),
+                        self.epochs[-1].outage_epochs if self.epochs else 0)
 
 
 def status(checkpoint_location: str | os.PathLike[str], epochs: int | None = None) -> QueryStatus:
