@@ -7,11 +7,14 @@ import json
 import threading
 import time
 
+from pyspark.sql import functions as F
+
 import regional
 from integration.helpers import (
     add_epoch_of_files,
     assert_exactly_once_in_order,
     expected_rows,
+    merge,
     regional_stream,
     start_to_delta,
     wait_for_epochs,
@@ -186,3 +189,39 @@ def test_committer_and_listener_hear_every_epoch_region_by_region(spark, dirs, t
     assert metrics == regional.progress(query)
     assert (metrics.fallen_back, metrics.quarantined, metrics.max_lag, metrics.regions) == (0, 0, 0, 4)
     assert_exactly_once_in_order(out, expected_rows(inputs))
+
+
+def test_available_now_run_again_in_the_same_session_reads_what_was_added(spark, dirs):
+    """A scheduled job or a notebook re-runs a bounded query right after the last run ended, with new files in
+    between: each run reads what is new (rows after three runs 2, 4, 6). The listener's late word on an earlier
+    run ("everything published: stop it") used to stop the next run of the same query before it read anything."""
+    inp, out, ck = dirs
+    counts, inputs = [], []
+    for run in range(3):
+        inputs.append(add_epoch_of_files(inp, ["a", "b"], f"{run:03d}", 1))
+        query = (regional_stream(spark, inp, ck).selectExpr("region", "offset", "upper(value) AS value")
+                 .writeStream.format("regional").option("target", "delta").option("path", str(out))
+                 .option("checkpointLocation", str(ck)).option("keepRegionColumns", "true")
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(180), "AvailableNow query did not end"
+        assert query.exception() is None
+        counts.append(spark.read.format("delta").load(str(out)).count())
+    assert counts == [2, 4, 6]
+    assert_exactly_once_in_order(out, expected_rows(merge(*inputs)), spark)
+
+
+def test_available_now_with_region_timeout_ends_only_when_every_cut_rest_is_published(spark, dirs):
+    """Bounded means whole: a region cut by regionTimeout in what was planned as the final epoch still has the rest
+    of its range to publish; the query must not end before it is published."""
+    inp, out, ck = dirs
+    inputs = add_epoch_of_files(inp, ["a", "b"], "001", 1200)
+    slow = F.udf(lambda v: (time.sleep(0.002), v.upper())[1], "string")
+    query = (regional_stream(spark, inp, ck).select("region", "offset", slow("value").alias("value"))
+             .writeStream.format("regional").option("target", "delta").option("path", str(out))
+             .option("checkpointLocation", str(ck)).option("keepRegionColumns", "true")
+             .option("regionTimeout", "1s").trigger(availableNow=True).start())
+    assert query.awaitTermination(600), "AvailableNow query did not end"
+    assert query.exception() is None
+    epochs = regional.status(ck).epochs
+    assert any(s.cut for e in epochs for s in e.committed.values())  # regionTimeout did cut
+    assert_exactly_once_in_order(out, expected_rows(inputs), spark)

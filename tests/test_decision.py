@@ -116,3 +116,12 @@ def test_a_committed_prefix_moves_the_offset_to_what_was_read():
     plan, prev = setup(0, {}, {"a": 100})
     d = decide(plan, {"a": RegionOutcome("a", Outcome.WRITTEN, 40, 40)}, prev)
     assert d.committed == {"a": Slice(0, 40, 40, cut=True)} and d.regions["a"].committed_offset == 40
+
+
+def test_a_region_cut_by_region_timeout_leaves_the_epoch_unwhole():
+    """Bounded means whole: a region that committed a prefix (cut by regionTimeout) still has the rest of its range
+    to read, so an epoch that cut it is not the final global epoch a bounded query or a graceful stop ends on."""
+    cut = EpochRecord(3, EpochKind.GLOBAL, {"a": Slice(0, 40, 40, cut=True)}, {}, {"a": RegionState(40, 3)})
+    assert not cut.whole
+    done = EpochRecord(4, EpochKind.GLOBAL, {"a": Slice(40, 80, 40)}, {}, {"a": RegionState(80, 4)})
+    assert done.whole

@@ -21,7 +21,9 @@ def target(tmp_path, query=QUERY):
 def test_one_transaction_per_epoch_and_never_twice(tmp_path):
     t = target(tmp_path)
     handles = {r: t.prepare(5, r, batches(r, 0, 3)) for r in ("a", "b")}
-    report = EpochReport(5, "regional", {"a": (0, 3), "b": (0, 3)}, {"c": (4, "down")}, {"a": 3, "b": 3})
+    report = EpochReport(5, "regional", {"a": (0, 3), "b": (0, 3)},
+                         {"c": (4, "quarantined after 2 failed attempt(s): ValueError: bad record 'secret-c-7'")},
+                         {"a": 3, "b": 3})
     assert not t.published(5)
     t.commit(5, handles, report)
     table = DeltaTable(str(tmp_path / "t"))
@@ -36,7 +38,8 @@ def test_one_transaction_per_epoch_and_never_twice(tmp_path):
     meta = [h["regional"] for h in table.history() if "regional" in h]
     assert meta == [{"epoch": 5, "query_id": QUERY, "kind": "regional",
                      "committed": {"a": {"start": 0, "end": 3, "rows": 3}, "b": {"start": 0, "end": 3, "rows": 3}},
-                     "fallen_back": {"c": {"ref_epoch": 4, "reason": "down"}}}]
+                     "fallen_back": {"c": {"ref_epoch": 4, "reason": "quarantined: ValueError"}}}]
+    assert "secret" not in str(table.history())  # the record the message quotes stays out of the table's history
 
 
 def test_a_new_query_on_the_same_table_is_not_skipped(tmp_path):

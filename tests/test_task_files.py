@@ -29,3 +29,22 @@ def test_the_clock_starts_when_the_sink_receives_its_first_rows(tmp_path, monkey
     assert not watch.expired()
     time.sleep(0.25)
     assert watch.expired()
+
+
+def test_failed_attempts_and_older_epochs_leave_no_files(tmp_path, monkeypatch):
+    """A failed attempt's sink never reads its receipt; an epoch's directory must not outlive its epoch."""
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(tmp_path))
+    old = TaskFiles(TaskKey("q", 1, 0, 0, 3))
+    old.write_receipt(ReadReceipt("qid", 1, "a", 0, None, False, True, 1.0))
+    failed = TaskFiles(TaskKey("q", 5, 2, 0, 10))
+    failed.write_receipt(ReadReceipt("qid", 5, "a", 0, None, False, True, 1.0))
+    other = TaskFiles(TaskKey("q", 5, 12, 0, 11))  # partition 12: not an attempt of partition 2
+    other.write_receipt(ReadReceipt("qid", 5, "b", 0, None, False, True, 1.0))
+    retry = TaskFiles(TaskKey("q", 5, 2, 1, 13))
+    retry.write_receipt(ReadReceipt("qid", 5, "a", 0, 4, False, True, 1.0))
+    retry.remove_leftovers()
+    assert not failed.receipt_path.exists() and retry.receipt_path.exists() and other.receipt_path.exists()
+    assert not old.directory.exists()  # epoch 1 < 5 - 1
+    retry.remove()
+    other.remove()
+    assert not retry.directory.exists()  # the last files of the epoch took its directory with them

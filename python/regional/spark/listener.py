@@ -104,7 +104,7 @@ class RegionalListener(StreamingQueryListener):
                         plan.settings.dead_letter_path, letter.error)
         if plan.final and record.whole:
             # A bounded source is exhausted and everything it held is published: end the query.
-            self._stop_later(str(progress.id))
+            self._stop_later(str(progress.id), str(progress.runId))
 
     def _report_plan_check(self, run_id: str, query: str, store: Store) -> None:
         """Once per run: say that the JVM shim found an operator that turns regional epochs off."""
@@ -116,10 +116,12 @@ class RegionalListener(StreamingQueryListener):
             log.warning("regional: query %s: %s; regional epochs are off, every epoch is all-or-nothing. Remove "
                         "the %s to get regional epochs back", query, check.reason, check.operator)
 
-    def _stop_later(self, query_id: str) -> None:
+    def _stop_later(self, query_id: str, run_id: str) -> None:
+        """Stop the run that published everything, and only that run: the event can arrive after it ended, when
+        the same query (same id, from the checkpoint) has been started again (a scheduled AvailableNow job)."""
         def stop() -> None:
             query = self.session.streams.get(query_id)
-            if query is not None and query.isActive:
+            if query is not None and query.isActive and str(query.runId) == run_id:
                 log.info("regional: query %s read all of its bounded input; stopping it", query_id)
                 query.stop()
 

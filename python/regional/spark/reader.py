@@ -218,6 +218,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, RegionPartition)
         p, r, settings = partition, partition.range, partition.settings
         files = TaskFiles(TaskKey.current())
+        files.remove_leftovers()
         started_at = time.time()
 
         def receipt(end: int | None, quarantined: bool = False) -> None:

@@ -20,8 +20,10 @@ Spark removes the executor's local directories when the executor stops.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -81,7 +83,8 @@ class TaskFiles:
 
     def __init__(self, key: TaskKey) -> None:
         self.key = key
-        directory = _local_root() / encode_region(key.spark_query_id) / str(key.epoch)
+        self.query_dir = _local_root() / encode_region(key.spark_query_id)
+        self.directory = directory = self.query_dir / str(key.epoch)
         stem = f"p{key.partition}-a{key.attempt}-t{key.task_attempt_id}"
         self.receipt_path = directory / f"{stem}.receipt"
         self.receiving_path = directory / f"{stem}.receiving"
@@ -115,9 +118,26 @@ class TaskFiles:
         return self.receiving_path.exists()
 
     def remove(self) -> None:
+        """The sink is done with this attempt's files; the epoch's directory goes with the last of them."""
         self.receipt_path.unlink(missing_ok=True)
         self.receiving_path.unlink(missing_ok=True)
         self.dead_letter_path.unlink(missing_ok=True)
+        try:
+            self.directory.rmdir()
+        except OSError:
+            pass  # other tasks' files are still there (or it is gone already)
+
+    def remove_leftovers(self) -> None:
+        """At the start of an attempt, in the source: the files that earlier attempts of this partition left (a
+        failed attempt's sink never reads its receipt), and whatever older epochs of this query left (a task of
+        a query whose plan moves rows between tasks has no sink beside it to remove its receipt)."""
+        for path in self.directory.glob(f"p{self.key.partition}-a*") if self.directory.is_dir() else ():
+            if not path.name.startswith(self.receipt_path.stem + "."):
+                path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(self.query_dir):
+                if entry.is_dir() and entry.name.lstrip("-").isdigit() and int(entry.name) < self.key.epoch - 1:
+                    shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def _write_atomically(path: Path, content: bytes) -> None:

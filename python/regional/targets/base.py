@@ -16,6 +16,7 @@ store, stable for the life of the checkpoint, for idempotency keys.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -124,3 +125,16 @@ def chain_first(first: pa.RecordBatch, rest: Iterator[pa.RecordBatch]) -> Iterat
     """``first`` followed by ``rest``: puts back a batch taken to look at it."""
     yield first
     yield from rest
+
+
+_EXCEPTION_CLASS = re.compile(r"\b([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Timeout))\b")
+
+
+def reason_class(reason: str) -> str:
+    """What a target may keep of why a region fell back, where readers of its data see it (a table's history):
+    how it fell back and the exception's class, never the message, which often quotes the record (a pipeline that
+    keeps bad records out of a table on purpose must not leak them into its history). ``status`` keeps it all."""
+    kind = ("quarantined" if reason.startswith("quarantined") or "failed alone" in reason
+            else "aborted" if reason.startswith("epoch aborted") else "failed")
+    found = _EXCEPTION_CLASS.search(reason)
+    return f"{kind}: {found.group(1)}" if found else kind

@@ -28,7 +28,7 @@ from regional.errors import RegionalConfigError, RegionalStoreError
 from regional.ids import encode_region
 from regional.location import local_path
 from regional.protocol.settings import parse_bool
-from regional.targets.base import EpochReport, Target, chain_first, require_query_id
+from regional.targets.base import EpochReport, Target, chain_first, reason_class, require_query_id
 
 STAGING_DIR = "_regional_staging"
 _EPOCH_DIR = re.compile(r"^e(\d+)$")
@@ -198,5 +198,6 @@ def _report_metadata(epoch: int, query_id: str, report: EpochReport | None) -> d
         "kind": report.kind,
         "committed": {r: {"start": s, "end": e, "rows": report.rows.get(r, 0)}
                       for r, (s, e) in report.committed.items()},
-        "fallen_back": {r: {"ref_epoch": ref, "reason": why} for r, (ref, why) in report.fallen_back.items()},
+        "fallen_back": {r: {"ref_epoch": ref, "reason": reason_class(why)}
+                        for r, (ref, why) in report.fallen_back.items()},
     }
