@@ -69,4 +69,4 @@ def test_an_outage_backs_off_and_counts_towards_consecutive_failures():
         reasons.append(record.reason or "")
         assert record.kind is EpochKind.ABORTED and not record.dead_lettered
     assert any("forced global epoch failed" in r for r in reasons)  # the failures counted: tier 1, then 2
-    assert waits[-1] == 30.0 and waits == sorted(waits) and waits[-1] > waits[len(waits) // 2]
+    assert waits[-1] == 10.0 and waits == sorted(waits) and waits[-1] > waits[len(waits) // 2]

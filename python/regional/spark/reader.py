@@ -131,8 +131,8 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         stopping = self.store.final_epoch_requested_since(self.started_at)
         if stopping and record is not None and record.whole:
             return start  # a graceful stop got its final global epoch: start no other
-        if record is not None and not stopping and self._backing_off(record):
-            return start  # an outage: no epoch yet (Spark asks again)
+        if record is not None and not stopping:
+            self._back_off(record)
         per_region, total = self._limits(limit)
         available = self.input.available(epoch)
         states = record.regions if record else {}
@@ -159,19 +159,13 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # source says, so epoch 0 is then an empty plan and Spark's batch ids stay the regional epochs.
         return plan.to_offset() if plan.regions or previous == INITIAL_EPOCH else start
 
-    def _backing_off(self, record: EpochRecord) -> bool:
+    def _back_off(self, record: EpochRecord) -> None:
         """After epochs in which every region with work failed and nothing progressed (an outage), the next epoch
-        waits: 1 s, doubling, capped (``EpochRecord.backoff_s``). Trigger.AvailableNow ends when the
-        source has nothing new, so there the wait is a sleep; otherwise Spark is told there is nothing yet."""
-        wait = record.recorded_at + record.backoff_s - time.time()
-        if wait <= 0:
-            return False
-        if self.available_now is None:
-            return True
-        deadline = time.monotonic() + wait
+        waits: 1 s, doubling, capped (``EpochRecord.backoff_s``). A wait here, not "nothing new": Spark would take
+        that for the end of the input (Trigger.AvailableNow, processAllAvailable). A graceful stop cuts it short."""
+        deadline = time.monotonic() + record.recorded_at + record.backoff_s - time.time()
         while time.monotonic() < deadline and not self.store.final_epoch_requested_since(self.started_at):
             time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
-        return False
 
     def _retention(self, states: Mapping[str, RegionState],
                    available: Mapping[str, int]) -> tuple[dict[str, int], Retention | None]:

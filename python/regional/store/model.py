@@ -157,7 +157,7 @@ class DeadLetter:
     error: str  # the exception's class and message, as the failed attempts raised it
 
 
-OUTAGE_BACKOFF_MAX_S = 30.0
+OUTAGE_BACKOFF_MAX_S = 10.0  # short: Spark's stop waits for a source that is waiting
 
 
 @dataclass(frozen=True)
