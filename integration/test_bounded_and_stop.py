@@ -212,16 +212,28 @@ def test_available_now_run_again_in_the_same_session_reads_what_was_added(spark,
 
 def test_available_now_with_region_timeout_ends_only_when_every_cut_rest_is_published(spark, dirs):
     """Bounded means whole: a region cut by regionTimeout in what was planned as the final epoch still has the rest
-    of its range to publish; the query must not end before it is published."""
+    of its range to publish; the query must not end before it is published. (4 KB records, more than the buffers
+    between source and sink hold, so that the source's cut bites: see test_upstream_failures.)"""
     inp, out, ck = dirs
-    inputs = add_epoch_of_files(inp, ["a", "b"], "001", 1200)
-    slow = F.udf(lambda v: (time.sleep(0.002), v.upper())[1], "string")
-    query = (regional_stream(spark, inp, ck).select("region", "offset", slow("value").alias("value"))
-             .writeStream.format("regional").option("target", "delta").option("path", str(out))
-             .option("checkpointLocation", str(ck)).option("keepRegionColumns", "true")
-             .option("regionTimeout", "1s").trigger(availableNow=True).start())
-    assert query.awaitTermination(600), "AvailableNow query did not end"
+    inputs = add_epoch_of_files(inp, ["fast"], "001", 100)
+    inputs |= add_epoch_of_files(inp, ["slow"], "001", 7000, pad=4000)
+
+    @F.udf("string")
+    def model(region: str, value: str) -> str:
+        if region == "slow":
+            time.sleep(0.001)  # seven seconds for the whole range: seven times the timeout
+        return value.upper()
+
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
+    try:
+        query = (regional_stream(spark, inp, ck).select("region", "offset", model("region", "value").alias("value"))
+                 .writeStream.format("regional").option("target", "delta").option("path", str(out))
+                 .option("checkpointLocation", str(ck)).option("keepRegionColumns", "true")
+                 .option("regionTimeout", "1s").trigger(availableNow=True).start())
+        assert query.awaitTermination(600), "AvailableNow query did not end"
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
     assert query.exception() is None
     epochs = regional.status(ck).epochs
-    assert any(s.cut for e in epochs for s in e.committed.values())  # regionTimeout did cut
-    assert_exactly_once_in_order(out, expected_rows(inputs), spark)
+    assert epochs[0].committed["slow"].cut  # the final planned epoch cut the slow region...
+    assert_exactly_once_in_order(out, expected_rows(inputs), spark)  # ...and the query ended only when all landed

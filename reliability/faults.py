@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from regional.targets.base import load_target
+from regional.targets import load_target
 
 
 def fails(epoch: int, region: str, share: float) -> bool:
@@ -21,6 +21,8 @@ def fails(epoch: int, region: str, share: float) -> bool:
 
 
 class Flaky:
+    wants_report = True  # passed on to the inner target: the soak counts fall-backs from its commit info
+
     def __init__(self, options: dict[str, str]) -> None:
         self.inner = load_target({**options, "target": options["inner"]})
         self.share = float(options.get("failshare", "0"))

@@ -240,3 +240,34 @@ def test_an_isolating_range_the_region_moved_past_is_replaced_not_kept():
     record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, {"a": {20: math.inf}})),
                     EpochRecord(3, EpochKind.REGIONAL, {}, {}, states))
     assert record.regions["a"].isolating == (15, 40) and record.regions["a"].consecutive_failures == 0
+
+
+def test_a_rerun_of_a_decided_epoch_still_publishes_its_dead_letters(store, tmp_path):
+    """The driver dies after the intent, before the dead letters are published; the re-run's commit (not
+    ready_target) finishes the intent: the dead letter lands once. On 76362b1 that re-run dropped the intent's
+    dead letters, and the record's offset counted as done: the record was lost."""
+    from regional.targets import dead_letter_target
+
+    dlq = tmp_path / "dead"
+    plan = isolated_plan(store, dlq)
+    dies = [True]
+
+    def sink(location, query_id):
+        target = dead_letter_target(location, query_id)
+        commit = target.commit
+
+        def dying_commit(epoch, handles, report=None):
+            if dies.pop() if dies else False:
+                raise RuntimeError("the driver dies before the dead letters are published")
+            commit(epoch, handles, report)
+
+        target.commit = dying_commit
+        return target
+
+    with pytest.raises(RuntimeError, match="dies before the dead letters"):
+        commit_epoch(plan, tasks_of(plan, record_bytes("a", 4)), store, MemoryTarget(), dead_letter_sink=sink)
+    assert store.read_intent(0) is not None and store.read_record(0) is None
+    record = commit_epoch(plan, tasks_of(plan, record_bytes("a", 4)), store, MemoryTarget(), dead_letter_sink=sink)
+    assert record.dead_lettered["a"].offset == 4
+    rows = DeltaTable(str(dlq)).to_pyarrow_table().to_pylist()
+    assert [(r["region"], r["offset"]) for r in rows] == [("a", 4)]

@@ -194,8 +194,9 @@ def finish(intent: Intent, store: EpochStore, target: Target[Any], dead_letter_s
         failpoints.reach("after_dead_letters", epoch)
 
     # 6. Publish the committed regions' slices (atomic and idempotent in the target); discard the rest.
+    report = EpochReport.of(record)
     if record.committed:
-        target.commit(epoch, intent.publish, EpochReport.of(record))
+        target.commit(epoch, intent.publish, report=report)
     failpoints.reach("before_record", epoch)
     if intent.discard:
         target.abort(epoch, intent.discard)
@@ -209,7 +210,7 @@ def finish(intent: Intent, store: EpochStore, target: Target[Any], dead_letter_s
     log.info("regional: %s", describe(record))
 
     # 8. Tell the target, region by region.
-    notify(target, record)
+    notify(target, record, report)
     return record
 
 
@@ -227,9 +228,9 @@ def store_query_id(store: EpochStore, epoch: int) -> str:
     return query_id
 
 
-def notify(target: Target[Any], record: EpochRecord) -> None:
+def notify(target: Target[Any], record: EpochRecord, report: EpochReport | None = None) -> None:
     """Region-level notification (FLIP-600's partially completed checkpoint)."""
-    report = EpochReport.of(record)
+    report = report or EpochReport.of(record)
     target.on_epoch(record.epoch, report.committed, report.fallen_back)
 
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from regional.errors import RegionalConfigError
 
-# A scheme followed by a slash: ``file:/x``, ``s3a://b/k``. A colon elsewhere (``data:2024/x``) is part of a name.
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):(?=/)")
+# ``file:`` (any case; ``file:x`` is relative), or another scheme followed by a slash (``s3a://b/k``). A colon
+# elsewhere (``data:2024/x``) is part of a name.
+_SCHEME = re.compile(r"^(file(?=:)|[A-Za-z][A-Za-z0-9+.-]*(?=:/)):", re.IGNORECASE)
 
 
 def local_path(key: str, value: str | os.PathLike[str]) -> Path:

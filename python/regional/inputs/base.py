@@ -1,4 +1,4 @@
-"""The interface every source implements (docs/design.md, "Sources"), and how one is found.
+"""The interface every source implements (docs/design.md, "One epoch" and "Where the code is"), and how one is found.
 
 An input answers two questions. On the driver: where each region's log ends now (``available``),
 and what a task needs to read a range (``split``, picklable). In the task: the records of one range

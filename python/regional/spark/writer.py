@@ -293,5 +293,6 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         handles = {f"#{m.outcome.partition}": m.outcome.handle for m in messages
                    if isinstance(m, RegionalCommitMessage) and m.outcome.handle is not None}
-        abort_epoch(self._target(), batchId, handles)
+        if handles:
+            abort_epoch(self._target(), batchId, handles)
 

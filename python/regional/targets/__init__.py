@@ -17,7 +17,7 @@ from regional.targets.base import QUERY_ID_OPTION, EpochReport, RegionalTarget, 
 __all__ = ["EpochReport", "RegionalTarget", "Target", "dead_letter_target", "load_target"]
 
 # The internal option that makes a Delta target a dead-letter table (its columns must match exactly).
-DEAD_LETTERS_OPTION = "deadletters"
+DEAD_LETTERS_OPTION = "regional.deadletters"
 
 
 def load_target(options: Mapping[str, str]) -> Target[Any]:
@@ -34,11 +34,7 @@ def load_target(options: Mapping[str, str]) -> Target[Any]:
     if module is None:
         raise RegionalConfigError(f"unknown target {name!r}: use target=delta, target=postgres or "
                                   "target=python:<module>:<Class>")
-    target = module.create(dict(options))
-    if not isinstance(target, Target):
-        raise RegionalConfigError(f"target {name!r}: create() returned a {type(target).__name__}, not a "
-                                  "regional.Target")
-    return target
+    return python_class.as_target(name, module.create(dict(options)), dict(options))
 
 
 def dead_letter_target(location: str, query_id: str) -> Target[Any]:

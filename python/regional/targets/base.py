@@ -20,7 +20,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
@@ -61,8 +61,8 @@ class Target(ABC, Generic[Handle]):
     """A two-phase committer of region slices. Subclass it, implement ``prepare``, ``commit`` and
     ``abort``; the other methods have defaults that do nothing, and say when to override them."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self.options = dict(options)
+    def __init__(self, options: Mapping[str, str] | None = None) -> None:
+        self.options = dict(options or {})
 
     # -- phase one, in a Spark task ------------------------------------------------------------
 
@@ -108,8 +108,18 @@ class Target(ABC, Generic[Handle]):
         return None
 
 
-# The name this class had before it was abstract; user targets subclassing it keep working.
-RegionalTarget = Target
+class RegionalTarget(Target[Any]):
+    """The base class user targets had before ``Target`` was abstract, kept for them: its methods raise
+    NotImplementedError until overridden, as they did, so a subclass that never aborts still builds."""
+
+    def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Any:
+        raise NotImplementedError
+
+    def commit(self, epoch: int, handles: dict[str, Any], report: EpochReport | None = None) -> None:
+        raise NotImplementedError
+
+    def abort(self, epoch: int, handles: dict[str, Any]) -> None:
+        raise NotImplementedError
 
 
 def require_query_id(target: str, options: Mapping[str, str]) -> str:

@@ -46,7 +46,7 @@ class DeltaTarget(Target[dict[str, Any] | None]):
             raise RegionalConfigError("target=delta needs the table location: add .option('path', '/table/dir')")
         self.table = local_path("path", path)
         # A dead-letter table (``regional.targets.dead_letter_target``): its columns must be the dead letters'.
-        self.dead_letters = parse_bool(options, "deadLetters", default="false")
+        self.dead_letters = parse_bool(options, "regional.deadLetters", default="false")
         query_id = require_query_id("delta", options)
         self.query_id = query_id
         self.app_id = f"regional-{query_id}"

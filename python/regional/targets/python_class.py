@@ -9,6 +9,7 @@ Any other class is wrapped in ``DuckTarget``, which calls its ``commit(epoch, ha
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,11 +34,28 @@ def load(spec: str, options: dict[str, str]) -> Target[Any]:
             f"target {spec!r}: cannot import module {module_name!r} ({exc}); "
             "it must be importable by the driver and by every Python worker (check PYTHONPATH)"
         ) from None
-    cls = vars(module).get(class_name)
-    if not isinstance(cls, type):
+    factory = getattr(module, class_name, None)  # a class, or any callable that builds the target
+    if not callable(factory):
         raise RegionalConfigError(f"target {spec!r}: module {module_name!r} has no class {class_name!r}")
-    instance = cls(options)
-    return instance if isinstance(instance, Target) else DuckTarget(spec, instance, options)
+    return as_target(spec, factory(options), options)
+
+
+def as_target(spec: str, instance: Any, options: dict[str, str]) -> Target[Any]:
+    """``instance`` as a ``Target``: itself when it subclasses ``Target`` with the documented ``commit(epoch,
+    handles, report)``; otherwise wrapped, so that its ``commit`` is called as it was written."""
+    if isinstance(instance, Target) and _takes_report(instance.commit):
+        return instance
+    return DuckTarget(spec, instance, options)
+
+
+def _takes_report(commit: Callable[..., Any]) -> bool:
+    try:
+        inspect.signature(commit).bind(0, {}, report=None)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): take the documented one
+        pass
+    return True
 
 
 class DuckTarget(Target[Any]):
@@ -51,12 +69,17 @@ class DuckTarget(Target[Any]):
             raise RegionalConfigError(f"target {spec!r}: {type(inner).__name__} lacks method(s) {', '.join(missing)}")
         self.inner = inner
         self._optional: dict[str, Callable[..., Any]] = {n: m for n in OPTIONAL if callable(m := methods[n])}
+        # A plain class that asks for the epoch's report gets it, as the old contract (``wants_report``) said.
+        self.wants_report = bool(getattr(inner, "wants_report", False))
 
     def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Any:
         return self.inner.prepare(epoch, region, batches)
 
     def commit(self, epoch: int, handles: dict[str, Any], report: EpochReport | None = None) -> None:
-        self.inner.commit(epoch, handles)  # the documented signature of a plain class: no report
+        if self.wants_report:
+            self.inner.commit(epoch, handles, report=report)
+        else:
+            self.inner.commit(epoch, handles)  # the documented signature of a plain class: no report
 
     def abort(self, epoch: int, handles: dict[str, Any]) -> None:
         self.inner.abort(epoch, handles)
@@ -79,3 +102,4 @@ class DuckTarget(Target[Any]):
 
     def location(self) -> str | None:
         return self._optional["location"]() if "location" in self._optional else None
+

@@ -10,7 +10,7 @@ import org.apache.spark.sql.execution.streaming.checkpointing.{CheckpointFileMan
 import org.apache.spark.sql.execution.streaming.checkpointing.CheckpointFileManager.CancellableFSDataOutputStream
 
 /** Spark's checkpoint file manager with one change: the offset-log purge skips `offsets/N` and `commits/N`
-  * while a fallen-back region's ref_epoch is N (DESIGN.md guarantee 5). Spark's purge (on its own thread)
+  * while a fallen-back region's ref_epoch is N (docs/design.md, guarantee 5). Spark's purge (on its own thread)
   * only deletes the entries between its previous threshold and the new one, so it never comes back for a
   * skipped entry: the file manager deletes it itself at the first purge after nothing references it. */
 class RegionalCheckpointFileManager(path: Path, hadoopConf: Configuration) extends CheckpointFileManager {
