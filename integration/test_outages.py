@@ -4,6 +4,7 @@ healthy record may be dead-lettered, the real poison record is, and everything e
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from deltalake import DeltaTable
@@ -11,6 +12,7 @@ from pyspark.sql import functions as F
 
 import regional
 from integration.helpers import add_epoch_of_files, assert_exactly_once, regional_stream, wait_for_epochs
+from regional.ids import encode_region
 
 REGIONS = ["a", "b", "c"]
 
@@ -56,3 +58,9 @@ def test_an_outage_of_every_region_dead_letters_nothing_healthy(spark, dirs, tmp
     epochs = regional.status(ck).epochs
     assert any(e.outage_epochs > 0 for e in epochs)  # the outage was seen, and backed off
     assert sum(s.dead_letters for s in regional.status(ck).regions.values()) == 1
+    # The target's history says how regions fell back, never the messages (they often quote the record).
+    history = str([h for h in DeltaTable(str(out)).history() if "regional" in h])
+    assert "fallen_back" in history and "service is down" not in history and inputs["a"][7] not in history
+    # The task files of every attempt, failed ones included, are gone with their epochs.
+    task_dir = Path(tempfile.gettempdir()) / "regional-tasks" / encode_region(str(query.id))
+    assert not [p for p in task_dir.rglob("*") if p.is_file()] if task_dir.exists() else True

@@ -55,3 +55,26 @@ def test_settings_changed_between_restarts_lose_and_double_nothing(spark, dirs, 
     assert_exactly_once(out, expected, spark)
     letters = DeltaTable(str(dlq)).to_pyarrow_table().to_pylist()
     assert [(r["region"], r["offset"]) for r in letters] == [("b", 25)]
+
+
+def test_target_path_changed_between_restarts_continues_into_the_new_table(spark, dirs, tmp_path):
+    """Allowed, as Spark allows changing a file sink's path: the new table receives what was not published yet,
+    the old one keeps what it had; together, every record once."""
+    inp, out, ck = dirs
+    other = tmp_path / "other-table"
+    first = add_epoch_of_files(inp, REGIONS, "001", 10)
+    upper = poison_udf(set())
+    query = start(spark, inp, ck, out, upper)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    second = add_epoch_of_files(inp, REGIONS, "002", 10)
+    query = start(spark, inp, ck, other, upper)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert_exactly_once(out, {r: [(o, v.upper()) for o, v in enumerate(values)] for r, values in first.items()})
+    assert_exactly_once(other, {r: [(o + 10, v.upper()) for o, v in enumerate(values)]
+                                for r, values in second.items()})
