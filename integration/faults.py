@@ -112,3 +112,47 @@ class KillingPostgres(PostgresTarget):
         if self._once("after-prepare"):
             os.kill(os.getpid(), signal.SIGKILL)
         return handle
+
+
+class TwinAttemptPostgres(PostgresTarget):
+    """The real PostgreSQL committer, where ``twinRegion``'s task in each epoch of ``twinEpochs`` also stages
+    its slice a second time as *another attempt* of the same task and run (its TaskContext swapped for one
+    with another task attempt id), after its own PREPARE, and returns its own handle: the chosen attempt.
+    ``twin=zombie``: the other attempt is an earlier one (a lower task attempt id: a task on an executor
+    Spark lost, still running). ``twin=speculative``: a later one, with ``spark.speculation=true``. Each twin's
+    gid goes, one JSON line, into ``faultDir/twins``."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.twin_region = options.get("twinregion", "")
+        self.twin_epochs = _epochs(options.get("twinepochs", ""))
+        self.twin = options.get("twin", "zombie")
+        self.fault_dir = Path(options.get("faultdir", "."))
+
+    def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Any:
+        if region != self.twin_region or epoch not in self.twin_epochs:
+            return super().prepare(epoch, region, batches)
+        from pyspark import TaskContext
+
+        kept = list(batches)
+        handle = super().prepare(epoch, region, iter(kept))
+        real = TaskContext.get()
+        assert real is not None
+        other = object.__new__(TaskContext)
+        other._partitionId, other._stageId, other._attemptNumber = real.partitionId(), real.stageId(), 1
+        other._cpus, other._resources = real.cpus(), real.resources()
+        props = dict(real._localProperties or {})
+        if self.twin == "zombie":
+            other._taskAttemptId = real.taskAttemptId() - 1
+        else:
+            other._taskAttemptId = real.taskAttemptId() + 1000
+            props["spark.speculation"] = "true"
+        other._localProperties = props
+        TaskContext._setTaskContext(other)
+        try:
+            twin = super().prepare(epoch, region, iter(kept))
+        finally:
+            TaskContext._setTaskContext(real)
+        with open(self.fault_dir / "twins", "a") as f:
+            f.write(json.dumps({"epoch": epoch, "chosen": handle["gid"], "twin": twin["gid"]}) + "\n")
+        return handle

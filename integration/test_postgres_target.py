@@ -7,10 +7,17 @@ region's rows in the table exactly the prefix of its input that the regional sto
 
 from __future__ import annotations
 
+import json
+import logging
 import re
+import shutil
+import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
+import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 
@@ -24,6 +31,8 @@ from integration.helpers import (
     run_killable,
     wait_for_epochs,
 )
+from regional.store import Store
+from regional.targets.postgres import PostgresTarget, region_key
 
 KILLING = "python:integration.faults:KillingPostgres"
 
@@ -264,3 +273,160 @@ def test_table_names_are_quoted_never_spliced(spark, postgres, dirs):
     with postgres.connect() as conn:
         assert conn.execute("SELECT to_regclass('\"we.ird\".regional_commits')").fetchone() != (None,)
 
+
+
+# -- leftovers of other queries, and attempts that overlap (issue 26, item 6) -----------------------------
+
+
+def other_query(postgres, table: str, checkpoint: Path, **options: str) -> PostgresTarget:
+    """The target as another query's driver and tasks build it: its own query id and checkpoint."""
+    return PostgresTarget({"url": postgres.url, "table": table, "queryid": str(uuid.uuid4()),
+                           "checkpointlocation": str(checkpoint), **options})
+
+
+def slice_of(region: str, offsets: range) -> Iterator[pa.RecordBatch]:
+    yield pa.record_batch({"region": [region] * len(offsets), "offset": list(offsets),
+                           "value": [f"{region.upper()}-{i}" for i in offsets]})
+
+
+SLICE = pa.schema([("region", pa.string()), ("offset", pa.int64()), ("value", pa.string())])
+
+
+def test_a_killed_run_of_a_wiped_checkpoint_leaves_nothing_that_blocks_the_next_query(spark, postgres, tmp_path):
+    """A child driver is SIGKILLed after deciding epoch 0 and before publishing it: its three regions' prepared
+    transactions hold the primary key's locks on their rows. The checkpoint is wiped and the same query
+    started again on the same path (a new query id): its first epoch's tasks would wait for those locks
+    (lockTimeout) epoch after epoch, its regions falling back for ever. Its start must roll them back (and say
+    so), publish every record once, and leave alone a live query's prepared work on the same table."""
+    inp, ck, marker = tmp_path / "in", tmp_path / "ck", tmp_path / "reached"
+    inputs = add_epoch_of_files(inp, ["a", "b", "c"], "001", 20)
+    with postgres.connect() as conn:
+        conn.execute('CREATE TABLE wiped (region text, "offset" bigint, value text, PRIMARY KEY (region, "offset"))')
+    args = ["integration.postgres_child", str(inp), str(ck), postgres.url, "wiped"]
+    assert run_killable(args, "before_publish:0", marker, timeout=150) == "killed"
+    dead = prepared(postgres)
+    assert len(dead) == 3, dead
+    dead_query = Store(ck).query_id()
+    # Another query writing the same table, alive: its epoch 0 is prepared and not yet committed.
+    live = other_query(postgres, "wiped", tmp_path / "live-ck")
+    live.open(SLICE)
+    live_handle = live.prepare(0, "live", slice_of("live", range(3)))
+    shutil.rmtree(ck)
+    query = start_to_postgres(regional_stream(spark, inp, ck), postgres, "wiped", ck, lockTimeout="5s")
+    try:
+        wait_for_epochs(query, ck, 1)  # epoch 0 plans every record
+    finally:
+        query.stop()
+    status = regional.status(ck)
+    assert Store(ck).query_id() != dead_query
+    left = prepared(postgres)
+    assert [g for g in left if dead_query in g] == [], left  # the dead query's leftovers are gone
+    assert [g.split(" ")[0] for g in left] == [live_handle["gid"]], left  # the live query's work is kept
+    first = status.epochs[0]
+    assert (first.epoch, first.kind, sorted(first.fallen_back)) == (0, "global", []), status.epochs
+    live.commit(0, {"live": live_handle})  # its driver publishes it
+    assert_landed(postgres, "wiped", expected_rows(inputs), ck, others=frozenset({"live"}))
+    assert sorted(r for r in pg_rows(postgres, "wiped") if r[0] == "live") == [
+        ("live", 0, "LIVE-0"), ("live", 1, "LIVE-1"), ("live", 2, "LIVE-2")]
+
+
+def test_other_queries_leftovers_go_only_when_that_query_cannot_commit_them_and_are_reported(
+        postgres, tmp_path, caplog):
+    """Prepared transactions of other query ids on one table, made as their targets make them (and one as the
+    version before gids named their table made it): ``open`` rolls back those of a query that has since
+    committed a later epoch, and those of a query silent for longer than orphanTimeout, each with a warning
+    naming the query and how many; it keeps a live query's, an idle query's whose epoch is partly published
+    (the rest may be its to commit after a restart), and anything on other tables, and says what it kept."""
+    table = "leftovers"
+    with postgres.connect() as conn:
+        conn.execute(f'CREATE TABLE {table} (region text, "offset" bigint, value text); '
+                     'CREATE TABLE elsewhere (region text, "offset" bigint, value text)')
+    moved_on = other_query(postgres, table, tmp_path / "ck1")
+    moved_on.open(SLICE)
+    stale = moved_on.prepare(2, "a", slice_of("a", range(0, 2)))  # an attempt its driver did not choose
+    moved_on.commit(3, {"a": moved_on.prepare(3, "a", slice_of("a", range(2, 4)))})  # then it went on
+    partly = other_query(postgres, table, tmp_path / "ck2")
+    partly.open(SLICE)
+    partly_b = partly.prepare(5, "b", slice_of("b", range(0, 2)))
+    partly.commit(5, {"b": partly_b})
+    partly_left = partly.prepare(5, "c", slice_of("c", range(0, 2)))  # killed between two COMMIT PREPARED
+    old_query = str(uuid.uuid4())
+    old_gid = f"regional:{old_query}:7:{region_key('d')}:0123456789ab"  # an earlier version's gid: no table
+    conn = psycopg.connect(postgres.url)  # as that version's prepare did it
+    conn.tpc_begin(old_gid)
+    with conn.cursor() as cur:
+        with cur.copy(f'COPY {table} (region, "offset", value) FROM STDIN (FORMAT csv)') as copy:
+            copy.write('"d",0,"D-0"\n')
+        cur.execute("INSERT INTO regional_commits (query_id, region, epoch, gid, row_count) VALUES (%s, 'd', 7, %s, 1)",
+                    (old_query, old_gid))
+    conn.tpc_prepare()
+    conn.close()
+    elsewhere = other_query(postgres, "elsewhere", tmp_path / "ck3")
+    elsewhere.open(SLICE)
+    other_table = elsewhere.prepare(1, "e", slice_of("e", range(0, 2)))
+    me = other_query(postgres, table, tmp_path / "ck4")
+
+    caplog.set_level(logging.WARNING, logger="regional")
+    me.open(SLICE)
+    left = {g.split(" ")[0] for g in prepared(postgres)}
+    assert stale["gid"] not in left, "a query that committed a later epoch never commits an earlier one"
+    assert {partly_left["gid"], old_gid, other_table["gid"]} <= left
+    assert f"rolled back 1 prepared transaction(s) that query {moved_on.query_id} left on table leftovers" \
+        in caplog.text, caplog.text
+    assert f"prepared transaction(s) of query {old_query}" in caplog.text and "ROLLBACK PREPARED" in caplog.text
+
+    caplog.clear()
+    impatient = PostgresTarget({**me.options, "orphantimeout": "0s"})
+    impatient.open(SLICE)
+    left = {g.split(" ")[0] for g in prepared(postgres)}
+    assert old_gid not in left, "an idle query's leftover (found through pg_locks: its gid names no table)"
+    assert partly_left["gid"] in left and other_table["gid"] in left
+    assert f"rolled back 1 prepared transaction(s) that query {old_query} left on table leftovers" in caplog.text
+    assert f"1 prepared transaction(s) of query {partly.query_id}" in caplog.text
+    with postgres.connect() as conn:
+        assert sorted(conn.execute(f'SELECT region, "offset" FROM {table}').fetchall()) == [
+            ("a", 2), ("a", 3), ("b", 0), ("b", 1)]
+    partly.commit(5, {"b": partly_b, "c": partly_left})  # its restart finishes the epoch as decided
+    elsewhere.abort(1, {"e": other_table})
+    assert prepared(postgres) == []
+    with postgres.connect() as conn:
+        assert sorted(conn.execute(f'SELECT region, "offset" FROM {table}').fetchall()) == [
+            ("a", 2), ("a", 3), ("b", 0), ("b", 1), ("c", 0), ("c", 1)]
+
+
+@pytest.mark.parametrize("twin", ["zombie", "speculative"])
+def test_two_attempts_of_a_region_both_prepare_only_the_chosen_one_commits(spark, postgres, dirs, twin):
+    """Region b's task stages its slice twice in epochs 0 and 1, as two attempts of one task would: a zombie
+    (an earlier attempt on an executor Spark lost, preparing after the chosen one) or a speculative copy. The
+    other attempt must not roll back the chosen one's prepared transaction (the driver would then fail to
+    commit it, at every restart); the driver commits the chosen one and rolls the other back. A zombie that
+    prepares after its epoch was recorded is swept at the next epoch's start."""
+    inp, out, ck = dirs
+    out.mkdir(parents=True)
+    inputs = add_epoch_of_files(inp, ["a", "b", "c"], "001", 6)
+    table = f"twins_{twin}"
+    with postgres.connect() as conn:
+        conn.execute(f'CREATE TABLE {table} (region text, "offset" bigint, value text)')
+    query = start_to_postgres(regional_stream(spark, inp, ck, maxRecordsPerRegion="3"), postgres, table, ck,
+                              target="python:integration.faults:TwinAttemptPostgres", twinRegion="b",
+                              twinEpochs="0,1", twin=twin, faultDir=str(out))
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    twins = [json.loads(line) for line in (out / "twins").read_text().splitlines()]
+    assert [t["epoch"] for t in twins] == [0, 1], twins
+    assert prepared(postgres) == []  # the twins were rolled back
+    assert {e.kind for e in regional.status(ck).epochs} == {"global"}
+    assert_landed(postgres, table, expected_rows(inputs), ck)
+    # A zombie of epoch 0 that prepares after the epoch was recorded (no Spark task: it names no run).
+    late = PostgresTarget({"url": postgres.url, "table": table, "queryid": Store(ck).query_id(),
+                           "checkpointlocation": str(ck)})
+    late.prepare(0, "b", slice_of("b", range(0, 3)))
+    more = add_epoch_of_files(inp, ["a", "b", "c"], "002", 2)
+    query = start_to_postgres(regional_stream(spark, inp, ck, maxRecordsPerRegion="3"), postgres, table, ck)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert_landed(postgres, table, expected_rows(merge(inputs, more)), ck)

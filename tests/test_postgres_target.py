@@ -11,7 +11,19 @@ import pyarrow as pa
 import pytest
 
 from regional.errors import RegionalConfigError
-from regional.targets.postgres import PostgresTarget, TableName, _encoder, _gid_epoch, parse_table, pg_type, region_key
+from regional.targets.postgres import (
+    Attempt,
+    Gid,
+    PostgresTarget,
+    TableName,
+    _encoder,
+    _gid_epoch,
+    checkpoint_identity,
+    current_attempt,
+    parse_table,
+    pg_type,
+    region_key,
+)
 
 URL = "postgresql://app@127.0.0.1:5432/db"
 
@@ -50,6 +62,37 @@ def test_gids_are_bounded_and_name_their_epoch():
     assert len(key) == 16 and key.isalnum()
     assert _gid_epoch(f"regional:q:42:{key}:abc", "regional:q:") == 42
     assert _gid_epoch("regional:q:x:y", "regional:q:") == -1
+
+
+def test_gids_name_query_epoch_region_table_run_and_attempt_and_read_back_in_both_formats():
+    query = "3febf566-bddc-441b-b38f-2e9c738e6d31"
+    full = Gid(query, 2**63 - 1, region_key("r"), "0123456789ab", 4294967295, "22356665b2c540e4", 99999, 2**63 - 1)
+    assert len(str(full)) < 200 and Gid.parse(str(full)) == full
+    assert str(full).startswith(f"regional:{query}:{2**63 - 1}:{region_key('r')}:0123456789ab:t4294967295:")
+    unknown = Gid(query, 3, region_key("r"), "abc", 16384)  # outside a Spark task: no run, partition, attempt
+    assert str(unknown).endswith(":t16384:r-:p-:a-") and Gid.parse(str(unknown)) == unknown
+    old = f"regional:{query}:7:{region_key('d')}:0123456789ab"  # the gid of earlier versions: no table
+    assert Gid.parse(old) == Gid(query, 7, region_key("d"), "0123456789ab")
+    assert str(Gid.parse(old)) == old
+    for foreign in ("someone-else:1", f"regional:{query}:x:k:n", f"regional:{query}:1:k:n:x1:r-:p-:a-",
+                    f"regional:{query}:1:k:n:t1:r-:p-", "regional"):
+        assert Gid.parse(foreign) is None, foreign
+
+
+def test_outside_a_spark_task_the_attempt_is_unknown():
+    assert current_attempt() == Attempt(None, None, None, False)
+
+
+def test_checkpoints_are_named_with_their_host_when_local_and_without_credentials_when_remote(tmp_path,
+                                                                                            monkeypatch):
+    import socket
+
+    host = socket.gethostname()
+    monkeypatch.chdir(tmp_path)
+    assert checkpoint_identity("ck") == checkpoint_identity(str(tmp_path / "ck")) == \
+        checkpoint_identity(f"file:{tmp_path}/ck") == f"file://{host}{tmp_path.resolve()}/ck"
+    assert checkpoint_identity("s3a://key:secret@bucket/ck/") == "s3a://bucket/ck"
+    assert checkpoint_identity(None) is None
 
 
 def test_types_map_and_unknown_ones_are_refused():

@@ -2,14 +2,52 @@
 
 Phase one (task): the region's rows are COPYed into the table, and a progress row goes into
 ``regional_commits`` (same schema as the table), in one transaction that is then ``PREPARE``d under a
-gid naming the query, the epoch, the region and this attempt. Before that, the task rolls back the
-prepared transactions of earlier attempts of the same region and epoch: only one attempt's message
-reaches the driver, and an earlier one's locks (a unique key on the rows) would block this one.
-Phase two (driver): ``COMMIT PREPARED`` for the published regions, ``ROLLBACK PREPARED`` for the rest.
-A re-run after a crash commits nothing twice: a gid still in ``pg_prepared_xacts`` is committed, a gid
-with a progress row was committed before, and a gid with neither is an error (its rows are gone).
-Before each epoch's tasks run (``open``) the driver checks the server and the table, and ``sweep``
-rolls back every prepared transaction of this query's recorded epochs: those of dead tasks and drivers.
+gid naming the query, the epoch, the region, the table and this attempt (``Gid``). Phase two (driver):
+``COMMIT PREPARED`` for the published regions' chosen gids, ``ROLLBACK PREPARED`` for the rest. A re-run
+after a crash commits nothing twice: a gid still in ``pg_prepared_xacts`` is committed, a gid with a
+progress row was committed before, and a gid with neither is an error (its rows are gone).
+
+Attempts. Spark may run two attempts of one region in one epoch: a retry after a failure, a speculative
+copy (``spark.speculation``), a zombie on an executor it lost. Only one attempt's commit message reaches
+the driver, and that gid is the only one of the region and epoch ever ``COMMIT PREPARED``; nothing outside
+the driver may roll it back. So:
+
+- every attempt has its own gid and its own progress row (the row's key is the gid): attempts never wait
+  for each other's locks in ``regional_commits``;
+- ``prepare`` never rolls back a gid Spark may still commit. It rolls back only what Spark's scheduling
+  proves dead: gids of the same region and epoch left by an earlier *run* of the query (a driver that died
+  or stopped: the new run's driver finished any epoch that run decided before its tasks started), and,
+  when speculation is off, earlier attempts of the same task in this run (Spark launches a retry only once
+  the earlier attempt has failed, and never takes a failed attempt's result). The run is Spark's run id
+  (``spark.jobGroup.id``), the attempt Spark's task attempt id: both in the gid. With speculation on, a
+  same-run attempt is never rolled back by a task: on a table with a unique key a retry may then wait for a
+  dead attempt's locks until ``lockTimeout`` (its region falls back for an epoch);
+- the driver rolls back the attempts it did not choose: ``commit`` rolls back every other gid of the
+  epoch once the chosen ones are committed, ``abort`` the handles it is given, and ``sweep`` every gid of
+  the query's recorded epochs (a zombie that prepares after that is swept at the next epoch's start).
+
+Leftovers of other queries. ``open`` (on the driver, before each epoch's tasks) also rolls back prepared
+transactions on this table that another query id left and can never commit, and logs a warning naming
+that query and how many. A gid belongs to this table when it carries the table's oid (``t<oid>``: an oid
+names the table whatever the search_path or spelling, and a table cannot be dropped while a prepared
+transaction holds a lock on it), or, for gids of earlier versions (no oid), when ``pg_locks`` shows it
+holding a lock on the table. Another query's gid is rolled back only when that query provably cannot
+commit it, or has been silent for long:
+
+1. its checkpoint (``regional_queries``, where each query records its checkpoint and when it was last
+   active) is now this query's: the checkpoint was wiped or replaced, so that query can never run again;
+2. it has since committed a later epoch of the table (a progress row): a query commits an epoch's gids
+   only before it moves to the next epoch;
+3. it has shown no sign of life (its driver's ``open``, its tasks' PREPAREs, its progress rows) for
+   ``orphanTimeout`` (default 1h), and has published nothing of that epoch yet (once it has, the rest of
+   the epoch may be its to commit after a restart).
+
+A time bound on a gid's own age would roll back a live query's work whenever its epoch outlasts the
+bound; an advisory lock needs a session that lives as long as the query's driver, and the driver's Python
+processes here live for one epoch. So a query writing the same table is never touched while it shows
+activity; ``orphanTimeout`` must exceed the longest epoch of any query writing the table, and a query
+killed after deciding an epoch but before publishing any of it must be restarted within it (otherwise
+its restart fails naming the gid). Gids kept are reported too, with how to roll them back by hand.
 
 Passwords come only from libpq's usual places (``PGPASSWORD``, ``~/.pgpass``, ``PGPASSFILE``): a URL
 with a password, or a ``password`` option, is refused, since sink options are logged by Spark.
@@ -24,10 +62,16 @@ import base64
 import hashlib
 import io
 import json
+import logging
+import os
+import re
+import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -38,8 +82,12 @@ from regional import failpoints
 from regional.errors import RegionalConfigError, RegionalStoreError
 from regional.targets.base import EpochReport, RegionalTarget, chain_first, require_query_id
 
+log = logging.getLogger("regional")
+
 COMMITS_TABLE = "regional_commits"
+QUERIES_TABLE = "regional_queries"  # query id -> its checkpoint and when it was last active (leftover clean-up)
 GID_PREFIX = "regional"
+DEFAULT_ORPHAN_TIMEOUT = "1h"  # orphanTimeout: another query's leftovers are rolled back after this long idle
 DRIVER_RETRY_S = 30.0  # the driver's own statements wait this long for a restarting server
 KEEP_PROGRESS_EPOCHS = 100  # progress rows older than this many recorded epochs are deleted
 DEFAULT_LOCK_TIMEOUT = "60s"  # lockTimeout: PostgreSQL's lock_timeout for the tasks' COPY
@@ -149,6 +197,97 @@ def region_key(region: str) -> str:
     return hashlib.sha256(region.encode("utf-8")).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """The Spark task attempt running ``prepare`` (all None outside a Spark task)."""
+
+    run: str | None = None  # the query run (Spark's run id, 16 hex digits): a new one at every start
+    partition: int | None = None
+    task: int | None = None  # Spark's task attempt id: unique in the application, a later attempt's is higher
+    sequential: bool = False  # Spark's conf is visible and spark.speculation is off: a task's attempts never overlap
+
+
+def current_attempt() -> Attempt:
+    try:
+        from pyspark import TaskContext
+    except ImportError:
+        return Attempt()
+    context = TaskContext.get()
+    if context is None:
+        return Attempt()
+    group = (context.getLocalProperty("spark.jobGroup.id") or "").replace("-", "").lower()
+    run = group[:16] if re.fullmatch(r"[0-9a-f]{16,64}", group) else None
+    # Spark propagates its conf (spark.master among it) to tasks as local properties; without it, whether
+    # speculation is on is unknown, and attempts are treated as possibly overlapping.
+    conf_visible = context.getLocalProperty("spark.master") is not None
+    speculation = (context.getLocalProperty("spark.speculation") or "false").strip().lower() == "true"
+    return Attempt(run, context.partitionId(), context.taskAttemptId(), conf_visible and not speculation)
+
+
+@dataclass(frozen=True)
+class Gid:
+    """A prepared transaction's gid: ``regional:<query id>:<epoch>:<region hash>:<nonce>`` (all versions), then
+    ``:t<table oid>:r<run>:p<partition>:a<task attempt id>`` (``-`` for unknown). At most about 160 characters
+    (PostgreSQL allows 200)."""
+
+    query_id: str
+    epoch: int
+    region: str  # region_key(region)
+    nonce: str
+    table: int | None = None  # None: a gid of an earlier version, which did not name its table
+    run: str | None = None
+    partition: int | None = None
+    task: int | None = None
+
+    def __str__(self) -> str:
+        text = f"{GID_PREFIX}:{self.query_id}:{self.epoch}:{self.region}:{self.nonce}"
+        if self.table is None:
+            return text
+        return f"{text}:t{self.table}:r{self.run or '-'}:p{_or_dash(self.partition)}:a{_or_dash(self.task)}"
+
+    @classmethod
+    def parse(cls, text: str) -> Gid | None:
+        """The gid's parts, or None for a gid regional did not write."""
+        parts = text.split(":")
+        if parts[0] != GID_PREFIX or len(parts) not in (5, 9):
+            return None
+        try:
+            epoch = int(parts[2])
+            if len(parts) == 5:
+                return cls(parts[1], epoch, parts[3], parts[4])
+            tags = [part[:1] for part in parts[5:]]
+            if tags != ["t", "r", "p", "a"]:
+                return None
+            table, run, partition, task = (part[1:] for part in parts[5:])
+            return cls(parts[1], epoch, parts[3], parts[4], int(table), None if run == "-" else run,
+                       _dash_or_int(partition), _dash_or_int(task))
+        except ValueError:
+            return None
+
+
+def _or_dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _dash_or_int(text: str) -> int | None:
+    return None if text == "-" else int(text)
+
+
+def checkpoint_identity(location: str | None) -> str | None:
+    """A checkpoint location as a name that two drivers using the same checkpoint share, and two drivers
+    on different machines with the same local path do not: local paths get the host and are made absolute;
+    URIs lose any user info."""
+    if not location:
+        return None
+    parts = urlsplit(location)
+    if parts.scheme in ("", "file") or len(parts.scheme) == 1:  # a plain path (C:\... too) or file:
+        path = parts.path if parts.scheme == "file" else location
+        return f"file://{socket.gethostname()}{os.path.realpath(path)}"
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return f"{parts.scheme}://{netloc}{parts.path.rstrip('/') or '/'}"
+
+
 def pg_type(field: pa.Field) -> str:
     t = field.type
     if pa.types.is_timestamp(t):
@@ -181,6 +320,9 @@ class PostgresTarget(RegionalTarget):
         # A task never waits for ever on a lock (a row another transaction holds): it fails, and its region
         # falls back, instead of stalling the epoch.
         self.lock_timeout = options.get("locktimeout", DEFAULT_LOCK_TIMEOUT)
+        self.orphan_timeout = options.get("orphantimeout", DEFAULT_ORPHAN_TIMEOUT)
+        self.queries = self.table.sibling(QUERIES_TABLE)
+        self.checkpoint = checkpoint_identity(options.get("checkpointlocation"))
 
     # -- connections -------------------------------------------------------------------------------
 
@@ -215,8 +357,9 @@ class PostgresTarget(RegionalTarget):
     # -- on the driver, before each epoch's tasks -----------------------------------------------------
 
     def open(self, schema: pa.Schema) -> None:
-        """Check the server, create the table (from the rows' schema) and ``regional_commits`` if missing,
-        and check an existing table's columns."""
+        """Check the server, create the table (from the rows' schema), ``regional_commits`` and
+        ``regional_queries`` if missing, check an existing table's columns, record this query as active, and
+        roll back (and report) what other queries left prepared on the table and can never commit."""
         self._on_driver(lambda conn: self._open(conn, schema))
 
     def _open(self, conn: Any, schema: pa.Schema) -> None:
@@ -228,11 +371,94 @@ class PostgresTarget(RegionalTarget):
                 f"target=postgres: the server at {_safe_url(self.url)} has max_prepared_transactions = 0, so it "
                 "cannot PREPARE TRANSACTION. Set max_prepared_transactions (at least the number of regions per "
                 "epoch, e.g. 64) in postgresql.conf and restart the server")
+        cutoff = self._orphan_cutoff(conn)
         index = sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (query_id, epoch)").format(
             sql.Identifier(f"{COMMITS_TABLE}_query_epoch"), self.commits.sql())
         self._create_missing(conn, self.commits, _COMMITS_COLUMNS, index)
+        self._create_missing(conn, self.queries, _QUERIES_COLUMNS)
         wanted = [(f.name, pg_type(f)) for f in schema]
         self._check_columns(self._create_missing(conn, self.table, wanted), wanted)
+        conn.execute(sql.SQL("INSERT INTO {} (query_id, checkpoint, seen_at) VALUES (%s, %s, now()) "
+                             "ON CONFLICT (query_id) DO UPDATE SET checkpoint = EXCLUDED.checkpoint, seen_at = now()")
+                     .format(self.queries.sql()), (self.query_id, self.checkpoint))
+        self._roll_back_leftovers(conn, cutoff)
+
+    def _orphan_cutoff(self, conn: Any) -> datetime:
+        """now() - orphanTimeout, on the server's clock."""
+        from psycopg import errors
+
+        try:
+            (cutoff,) = conn.execute("SELECT now() - %s::interval", (self.orphan_timeout,)).fetchone()
+        except (errors.DataError, errors.SyntaxError) as exc:
+            raise RegionalConfigError(
+                f"target=postgres: orphanTimeout={self.orphan_timeout!r} is not a PostgreSQL interval "
+                f"({str(exc).strip().splitlines()[0]}); give e.g. '1h' or '30 min'") from None
+        return cutoff
+
+    def _roll_back_leftovers(self, conn: Any, cutoff: datetime) -> None:
+        """Roll back, and report, what other query ids left prepared on this table and can never commit
+        (see the module's docstring); report what is kept."""
+        from psycopg import sql
+
+        oid = self._table_oid(conn)
+        rows = conn.execute(
+            "SELECT p.gid, p.prepared, EXISTS (SELECT 1 FROM pg_locks x JOIN pg_locks r "
+            "  ON r.virtualtransaction = x.virtualtransaction AND r.pid IS NULL "
+            "  WHERE x.locktype = 'transactionid' AND x.transactionid = p.transaction AND x.pid IS NULL "
+            "  AND r.locktype = 'relation' AND r.relation = %s) "
+            "FROM pg_prepared_xacts p WHERE p.database = current_database() AND p.gid LIKE %s",
+            (oid, f"{GID_PREFIX}:%")).fetchall()
+        newest: dict[str, datetime] = {}  # query id -> its newest PREPARE, on any table
+        theirs: dict[str, dict[str, Gid]] = defaultdict(dict)  # query id -> its gids on this table
+        for text, prepared_at, locks_table in rows:
+            gid = Gid.parse(text)
+            if gid is None or gid.query_id == self.query_id:
+                continue
+            newest[gid.query_id] = max(prepared_at, newest.get(gid.query_id, prepared_at))
+            if (gid.table == oid) if gid.table is not None else locks_table:
+                theirs[gid.query_id][text] = gid
+        for other, gids in sorted(theirs.items()):
+            checkpoint, seen_at, last_epoch, last_progress = conn.execute(
+                sql.SQL("SELECT (SELECT checkpoint FROM {q} WHERE query_id = %(id)s), "
+                        "(SELECT seen_at FROM {q} WHERE query_id = %(id)s), "
+                        "(SELECT max(epoch) FROM {c} WHERE query_id = %(id)s), "
+                        "(SELECT max(prepared_at) FROM {c} WHERE query_id = %(id)s)").format(
+                    q=self.queries.sql(), c=self.commits.sql()), {"id": other}).fetchone()
+            published = {epoch for (epoch,) in conn.execute(
+                sql.SQL("SELECT DISTINCT epoch FROM {} WHERE query_id = %s AND epoch = ANY(%s)").format(
+                    self.commits.sql()), (other, sorted({g.epoch for g in gids.values()})))}
+            last_active = max(t for t in (seen_at, last_progress, newest[other]) if t is not None)
+            replaced = self.checkpoint is not None and checkpoint == self.checkpoint
+            idle = last_active < cutoff
+            gone: dict[str, dict[str, Gid]] = defaultdict(dict)
+            kept: dict[str, Gid] = {}
+            for text, gid in sorted(gids.items()):
+                if replaced:
+                    gone[f"its checkpoint {checkpoint} now belongs to query {self.query_id}: it was wiped or "
+                         "replaced, so that query can never commit them"][text] = gid
+                elif last_epoch is not None and last_epoch > gid.epoch:
+                    gone[f"it has since committed epoch {last_epoch}, and never commits an earlier epoch's "
+                         "prepared transactions"][text] = gid
+                elif idle and gid.epoch not in published:
+                    gone[f"it has shown no activity since {last_active:%Y-%m-%d %H:%M:%S %Z}, longer than "
+                         f"orphanTimeout={self.orphan_timeout}"][text] = gid
+                else:
+                    kept[text] = gid
+            for why, doomed in gone.items():
+                done = self._roll_back_gids(conn, doomed)
+                if done:
+                    log.warning("regional: target=postgres rolled back %d prepared transaction(s) that query %s "
+                                "left on table %s (epochs %s): %s", done, other, self.table,
+                                _epochs_text(doomed.values()), why)
+            if kept:
+                log.warning(
+                    "regional: target=postgres: %d prepared transaction(s) of query %s (epochs %s, last active "
+                    "%s) hold locks on table %s; they are kept while that query may still commit them, and rolled "
+                    "back once it has been inactive for orphanTimeout=%s and has published nothing of their "
+                    "epoch. If query %s is gone for good, roll them back by hand (as their owner or a superuser): "
+                    "%s", len(kept), other, _epochs_text(kept.values()), f"{last_active:%Y-%m-%d %H:%M:%S %Z}",
+                    self.table, self.orphan_timeout, other,
+                    "; ".join(f"ROLLBACK PREPARED '{g}'" for g in sorted(kept)[:3]) + ("; ..." * (len(kept) > 3)))
 
     def _create_missing(self, conn: Any, table: TableName, columns: list[tuple[str, str]],
                         then: Any = None) -> dict[str, tuple[str, bool]]:
@@ -284,12 +510,13 @@ class PostgresTarget(RegionalTarget):
         first = next(batches, None)
         if first is None:
             return None
-        attempts = f"{self.gid_prefix}{epoch}:{region_key(region)}:"  # this region's gids in this epoch
-        gid = f"{attempts}{uuid.uuid4().hex[:12]}"
+        attempt = current_attempt()
         # Not ``with conn``: its exit would COMMIT, which a prepared (two-phase) transaction refuses.
         conn = self._connect(autocommit=True)
         try:
-            self._roll_back(conn, attempts)  # earlier attempts: their locks would block this one
+            gid = str(Gid(self.query_id, epoch, region_key(region), uuid.uuid4().hex[:12], self._table_oid(conn),
+                          attempt.run, attempt.partition, attempt.task))
+            self._roll_back_dead_attempts(conn, epoch, region, attempt)  # their locks would block this one
             conn.autocommit = False
             conn.tpc_begin(gid)
             try:
@@ -302,6 +529,7 @@ class PostgresTarget(RegionalTarget):
                         for batch in chain_first(first, batches):
                             copy.write(encode(batch))
                             rows += batch.num_rows
+                    # The progress row's key is the gid: two attempts never wait for each other's row.
                     cur.execute(sql.SQL("INSERT INTO {} (query_id, region, epoch, gid, row_count) "
                                         "VALUES (%s, %s, %s, %s, %s)").format(self.commits.sql()),
                                 (self.query_id, region, epoch, gid, rows))
@@ -314,6 +542,23 @@ class PostgresTarget(RegionalTarget):
             conn.close()
         return {"gid": gid, "rows": rows}
 
+    def _roll_back_dead_attempts(self, conn: Any, epoch: int, region: str, me: Attempt) -> None:
+        """Roll back the gids of this region and epoch that Spark can no longer commit: those of an earlier
+        run of the query, and (speculation off) earlier attempts of this task. Never a gid Spark may commit:
+        another attempt of this run that may overlap this one (speculation, or a zombie, which is always the
+        earlier attempt) is left to the driver."""
+        if me.run is None:
+            return  # not in a Spark task: nothing is known about the other attempts
+        dead = []
+        for text in self._prepared(conn, f"{self.gid_prefix}{epoch}:{region_key(region)}:"):
+            other = Gid.parse(text)
+            if other is None:
+                continue
+            if other.run != me.run or (me.sequential and other.partition == me.partition
+                                        and other.task is not None and me.task is not None and other.task < me.task):
+                dead.append(text)
+        self._roll_back_gids(conn, dead)
+
     # -- phase two, on the driver -----------------------------------------------------------------
 
     def commit(self, epoch: int, handles: dict[str, Any], report: EpochReport | None = None) -> None:
@@ -322,9 +567,12 @@ class PostgresTarget(RegionalTarget):
             self._on_driver(lambda conn: self._commit(conn, epoch, gids))
 
     def _commit(self, conn: Any, epoch: int, gids: dict[str, str]) -> None:
+        """COMMIT PREPARED the chosen gids (only these are ever committed), then roll back every other
+        attempt of the epoch: the driver chose, and commit receives all the epoch's published handles."""
         from psycopg import sql
 
-        prepared = self._prepared(conn, f"{self.gid_prefix}{epoch}:")
+        prefix = f"{self.gid_prefix}{epoch}:"
+        prepared = self._prepared(conn, prefix)
         done = {gid for (gid,) in conn.execute(
             sql.SQL("SELECT gid FROM {} WHERE query_id = %s AND epoch = %s").format(self.commits.sql()),
             (self.query_id, epoch))}
@@ -340,11 +588,13 @@ class PostgresTarget(RegionalTarget):
                     "back outside regional (by hand, or by another query with the same checkpoint). Its rows cannot "
                     "be published; restore the checkpoint and the table from a backup, or start a new "
                     "checkpointLocation")
+        self._roll_back_gids(conn, self._prepared(conn, prefix) - set(gids.values()))
 
     def abort(self, epoch: int, handles: dict[str, Any]) -> None:
         gids = {h["gid"] for h in handles.values() if isinstance(h, dict) and "gid" in h}
         if gids:
-            self._on_driver(lambda conn: self._roll_back(conn, f"{self.gid_prefix}{epoch}:", only=gids))
+            self._on_driver(lambda conn: self._roll_back_gids(conn, self._prepared(conn, f"{self.gid_prefix}{epoch}:")
+                                                              & gids))
 
     def published(self, epoch: int) -> bool:
         from psycopg import sql
@@ -359,9 +609,8 @@ class PostgresTarget(RegionalTarget):
         from psycopg import sql
 
         def work(conn: Any) -> None:
-            for gid in self._prepared(conn, self.gid_prefix):
-                if _gid_epoch(gid, self.gid_prefix) <= up_to_epoch:
-                    conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+            self._roll_back_gids(conn, [gid for gid in self._prepared(conn, self.gid_prefix)
+                                        if _gid_epoch(gid, self.gid_prefix) <= up_to_epoch])
             if self._columns(conn, self.commits) is not None:
                 conn.execute(sql.SQL("DELETE FROM {} WHERE query_id = %s AND epoch < %s").format(self.commits.sql()),
                              (self.query_id, up_to_epoch - KEEP_PROGRESS_EPOCHS))
@@ -372,26 +621,49 @@ class PostgresTarget(RegionalTarget):
 
     @staticmethod
     def _prepared(conn: Any, prefix: str) -> set[str]:
+        """Gids starting with ``prefix`` prepared in this database (pg_prepared_xacts spans the server)."""
         pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        return {gid for (gid,) in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s", (pattern,))}
+        return {gid for (gid,) in conn.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND gid LIKE %s", (pattern,))}
 
-    def _roll_back(self, conn: Any, prefix: str, only: set[str] | None = None) -> None:
+    def _table_oid(self, conn: Any) -> int:
+        """The table's oid (0 when it does not exist: its COPY then fails)."""
+        (oid,) = conn.execute("SELECT to_regclass(%s)::oid", (self.table.sql().as_string(conn),)).fetchone()
+        return int(oid or 0)
+
+    @staticmethod
+    def _roll_back_gids(conn: Any, gids: Iterable[str]) -> int:
+        """ROLLBACK PREPARED each; how many this call rolled back. One rolled back meanwhile is skipped; one
+        this role may not roll back (another role prepared it) is reported."""
         from psycopg import errors, sql
 
-        for gid in self._prepared(conn, prefix):
-            if only is None or gid in only:
-                try:
-                    conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
-                except errors.UndefinedObject:
-                    pass  # rolled back by someone else meanwhile
+        done = 0
+        for gid in gids:
+            try:
+                conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(sql.Literal(gid)))
+                done += 1
+            except errors.UndefinedObject:
+                pass  # rolled back or committed by someone else meanwhile
+            except errors.InsufficientPrivilege:
+                log.warning("regional: target=postgres may not roll back prepared transaction %r (another role "
+                            "prepared it, and it holds locks): roll it back as that role or as a superuser: "
+                            "ROLLBACK PREPARED '%s'", gid, gid)
+        return done
 
 
 _COMMITS_COLUMNS = [("query_id", "text NOT NULL"), ("region", "text NOT NULL"), ("epoch", "bigint NOT NULL"),
                     ("gid", "text PRIMARY KEY"), ("row_count", "bigint NOT NULL"),
                     ("prepared_at", "timestamp with time zone NOT NULL DEFAULT now()")]
+_QUERIES_COLUMNS = [("query_id", "text PRIMARY KEY"), ("checkpoint", "text"),
+                    ("seen_at", "timestamp with time zone NOT NULL DEFAULT now()")]
+
+
+def _epochs_text(gids: Iterable[Gid]) -> str:
+    return ", ".join(str(e) for e in sorted({g.epoch for g in gids}))
 
 
 def _gid_epoch(gid: str, prefix: str) -> int:
+    """The epoch of one of this query's gids (``prefix``: ``regional:<query id>:``); -1 if unreadable."""
     try:
         return int(gid[len(prefix):].split(":", 1)[0])
     except ValueError:
