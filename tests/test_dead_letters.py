@@ -271,3 +271,19 @@ def test_a_rerun_of_a_decided_epoch_still_publishes_its_dead_letters(store, tmp_
     assert record.dead_lettered["a"].offset == 4
     rows = DeltaTable(str(dlq)).to_pyarrow_table().to_pylist()
     assert [(r["region"], r["offset"]) for r in rows] == [("a", 4)]
+
+
+def test_the_dead_letter_brake_fails_the_epoch_and_dead_letters_nothing(store, tmp_path):
+    """More isolated records failing in one epoch than maxDeadLettersPerEpoch: the query fails naming the error,
+    nothing is dead-lettered, no intent is written, and what the tasks staged is discarded."""
+    from regional.errors import RegionalDeadLetterLimitError
+
+    dlq = tmp_path / "dead"
+    plan = isolated_plan(store, dlq)
+    plan = type(plan)(plan.query_id, plan.epoch, plan.store, plan.regions,
+                      Settings(dead_letter_path=str(dlq), region_attempts=ATTEMPTS, max_dead_letters_per_epoch=0))
+    target = MemoryTarget()
+    with pytest.raises(RegionalDeadLetterLimitError, match="maxDeadLettersPerEpoch=0"):
+        commit_epoch(plan, tasks_of(plan, record_bytes("a", 4)), store, target)
+    assert store.read_intent(0) is None and store.epochs() == [] and not (dlq / "_delta_log").exists()
+    assert target.commits == {} and target.aborted == [(0, {"b": "b@0-8"})]

@@ -35,7 +35,7 @@ import pyarrow as pa
 from regional import failpoints
 from regional.bulk import cyclic_gc_paused
 from regional.dead_letters import dead_letter_rows
-from regional.errors import RegionalConfigError, RegionalPlanError, RegionalStoreError
+from regional.errors import RegionalConfigError, RegionalDeadLetterLimitError, RegionalPlanError, RegionalStoreError
 from regional.protocol.decide import (
     UPSTREAM,
     RegionOutcome,
@@ -127,8 +127,8 @@ def commit_epoch(plan: EpochPlan, tasks: Sequence[TaskOutcome | None], store: Ep
                 "a new checkpointLocation (and a new target)")
         try:
             intent = decided_intent(plan, tasks, store, target, staged_now, mixed, dead_letter_sink)
-        except RegionalPlanError:
-            target.abort(epoch, staged_now)  # the query is wrong: nothing of this epoch is published
+        except (RegionalPlanError, RegionalDeadLetterLimitError):
+            target.abort(epoch, staged_now)  # the query fails: nothing of this epoch is published
             raise
         store.write_intent(epoch, intent)  # from here on, this epoch's outcome is fixed
     else:  # decided by a run that died before ready_target of the re-run could finish it
