@@ -11,6 +11,10 @@ query starts begin (``starting_offsets``), whether losing records fails the quer
 (``fail_on_data_loss``), and hears each recorded epoch (``on_recorded``). Other inputs start every
 region at 0 and never lose records.
 
+An input whose offsets mean something only together with state it keeps (the files source: which file
+holds which offsets) is also a ``StoredInput``: the reader hands it the query's store once, on the driver, and
+it keeps that state there, written before ``available`` returns the offsets that depend on it.
+
 Built-in inputs are modules of this package named by ``source=<name>``, each exposing
 ``create(options) -> RegionInput``. Adding a source is adding a module: nothing else changes.
 """
@@ -19,13 +23,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pyarrow as pa
 
 from regional.errors import RegionalConfigError
 from regional.plugins import find_plugin
 from regional.store.model import EpochRecord
+
+if TYPE_CHECKING:
+    from regional.store import Store
 
 BATCH_ROWS = 10_000
 
@@ -74,6 +81,19 @@ class RetainedInput(ABC):
 
     def on_recorded(self, record: EpochRecord) -> None:
         """After an epoch is recorded (e.g. commit the committed offsets to a consumer group). Default: nothing."""
+
+
+class StoredInput(ABC):
+    """An ability, mixed into a ``RegionInput`` that keeps durable state of its own in the query's regional
+    store; checked with ``isinstance``. Driver side only: tasks never see the store (what they need goes into
+    ``split``), so the input must not pickle the store's state into tasks.
+
+    Whatever offsets ``available`` returns must be durable when it returns: Spark logs the plan made from
+    them, and a restart re-runs that plan with the state as stored."""
+
+    @abstractmethod
+    def use_store(self, store: Store) -> None:
+        """Called once by the reader, on the driver, before ``available`` or ``split``; no I/O expected here."""
 
 
 def load_input(options: Mapping[str, str]) -> RegionInput[Any]:

@@ -1,33 +1,94 @@
 """``source=files``: ``path`` holds one sub-directory per region, an append-only log of text files.
 
-Files are read in file-name order; a visible file never changes (writers create it under a name
-starting with ``.`` or ``_`` and rename it). A line is a record; its offset is its index in the
-region, from 0, across files; an empty file holds none. Columns: ``region, offset, value``.
+A line is a record; an empty file holds none. Columns: ``region, offset, value``. Writers create a file
+under a name starting with ``.`` or ``_`` and rename it when it is complete; a visible file never changes.
 
-A file that changes size after the source counted its lines (still being written under its final name, or
-appended to) fails the query, naming the file: its lines' offsets would no longer be the ones already
-published. The check holds within one run of the query; a file changed while the query is stopped is not
-noticed.
+Offsets: files in arrival order
+-------------------------------
+A region's offsets count its lines, from 0, across its files **in the order the driver first saw them**
+(files first seen in the same listing: by name, a deterministic tie-break). Each region keeps a manifest:
+every file it has seen, with its first offset, line count, size, inode, modification time and SHA-256. A
+new file always gets the offsets after every known file, whatever its name, so an offset, once given, means
+the same line for ever: ``part-10`` arriving after ``part-9`` comes after it, not before ``part-2``, and a
+processed file deleted shifts nothing. This is what Spark's own file source does (a log of files in the
+order it found them); a position "(file, line)" would have needed a new offset type in the protocol, whose
+offsets are integers per region, and names would still have had to sort by arrival to say which file is
+next.
+
+The manifest is durable: it lives in the query's regional store (``sources/files/``: a snapshot and the
+changes since, ``store.source_log``), written before ``available`` returns, so before Spark logs any plan
+that uses its offsets. A driver killed between the two leaves offsets no plan used; the next listing finds
+the same files known, with the same offsets. Each epoch writes only what changed (new, renamed, touched or
+dropped files); the log is compacted into a new snapshot when the changes outweigh it. The manifest holds
+one entry (about 150 bytes) per visible file: deleting processed files keeps it small.
+
+Tasks never read the store: the split the driver makes for a range carries each file's name, first offset,
+line count and identity. A task checks the file is still that file before reading it.
+
+What writers may do, and what fails
+-----------------------------------
+- New files, with any names, in any order: read after everything known.
+- A processed file deleted (or renamed to a hidden name): harmless. It is dropped from the manifest once
+  a second listing still misses it.
+- A file renamed (``mv`` within the file system) to another visible name: recognised by its inode, size
+  and content (SHA-256), and never read again; a task whose planned file was renamed reads it under its new
+  name. A file *copied* in is a new file, even when its content equals a processed file's: moving a file
+  in from another file system is a copy.
+- A visible file that changes (size, or content at the same size, e.g. written under its final name,
+  appended to, or replaced by another file of that name) fails the query naming it, across restarts too
+  (the manifest remembers each file's size and content). A file only touched, or replaced by a byte-equal
+  copy, is the same file. A processed file renamed *and* appended to fails the same way (its inode and its
+  old content are recognised at the start of the new name).
+- A file deleted before all its lines were published fails the query, naming the file and the offsets it
+  still had; a task whose planned file is gone fails naming it. Nothing is skipped silently. Put the file
+  back (same name and content) to go on.
+- A region directory removed fails the query at the next listing, naming the region and the offsets it had
+  not published; one whose records were all published may go (it keeps its offsets, should it come back).
+- ``path`` changed between restarts is refused, naming both: offsets of the old directory's files mean
+  nothing in the new one.
+
+A region is its directory's name: a region directory renamed is refused (a new region holding files of one
+whose directory went away), since the new name would read them again from its start.
+
+Limits: a file changed in place at the same size with its inode and modification time kept (``touch -r``)
+is not noticed; a new file byte-equal to a deleted one, that the file system gives the deleted one's inode
+before the deleted one is dropped, counts as that file renamed.
+
+A checkpoint written before the manifest existed (offsets by file name) starts its manifest from the files
+present, in name order: the offsets its epochs used, as long as no file arrived out of name order.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from regional.errors import RegionalConfigError
+from regional import failpoints
+from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.ids import validate_region_id
-from regional.inputs.base import BATCH_ROWS, RegionInput
+from regional.inputs.base import BATCH_ROWS, RegionInput, StoredInput
 from regional.location import local_path
+
+if TYPE_CHECKING:
+    from regional.store import Store
+    from regional.store.source_log import SourceLog
+
+log = logging.getLogger("regional")
 
 SCHEMA = pa.schema([("region", pa.string()), ("offset", pa.int64()), ("value", pa.string())])
 SCHEMA_DDL = "region STRING, offset BIGINT, value STRING"
+SOURCE_LOG = "files"
+READ_CHUNK = 8 << 20
+DIGEST_CHARS = 32  # 128 bits of SHA-256: identity, not security
 
 
 def create(options: dict[str, str]) -> FilesInput:
@@ -46,12 +107,80 @@ def batch_of(region: str, start: int, values: pa.Array) -> pa.RecordBatch:
 
 @dataclass(frozen=True)
 class FileSpan:
+    """One file of a region as the manifest knows it; a task's split is a list of these."""
+
     name: str
     first_offset: int  # offset of the file's first line
     lines: int
+    size: int = 0
+    inode: int = 0
+    mtime_ns: int = 0
+    digest: str = ""  # SHA-256 of the content (hex, first DIGEST_CHARS)
+    seq: int = 0  # arrival number in the region: the manifest's key
+    gone: bool = False  # missing from the last listing (dropped, or a failure, if still missing at the next)
+
+    @property
+    def end(self) -> int:
+        return self.first_offset + self.lines
+
+    def to_json(self) -> list[Any]:
+        return [self.seq, self.name, self.first_offset, self.lines, self.size, self.inode, self.mtime_ns,
+                self.digest, self.gone]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> FileSpan:
+        seq, name, first, lines, size, inode, mtime_ns, digest, gone = data
+        return cls(str(name), int(first), int(lines), int(size), int(inode), int(mtime_ns), str(digest), int(seq),
+                   bool(gone))
 
 
-class FilesInput(RegionInput[list[FileSpan]]):
+@dataclass
+class RegionFiles:
+    """A region's manifest: its files by arrival number (so in offset order), and where its next file starts."""
+
+    end: int = 0  # the next offset a new file gets
+    next_seq: int = 0
+    files: dict[int, FileSpan] = field(default_factory=dict)
+    names: dict[str, int] = field(default_factory=dict)  # visible name -> seq, for files not gone
+
+    def put(self, span: FileSpan) -> None:
+        old = self.files.get(span.seq)
+        if old is not None and not old.gone and self.names.get(old.name) == span.seq:
+            del self.names[old.name]
+        self.files[span.seq] = span
+        if not span.gone:
+            self.names[span.name] = span.seq
+
+    def drop(self, seq: int) -> None:
+        old = self.files.pop(seq, None)
+        if old is not None and not old.gone and self.names.get(old.name) == seq:
+            del self.names[old.name]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"end": self.end, "next": self.next_seq, "files": [s.to_json() for s in self.files.values()]}
+
+
+@dataclass
+class RegionChange:
+    end: int
+    next_seq: int
+    put: list[FileSpan] = field(default_factory=list)
+    drop: list[int] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"end": self.end, "next": self.next_seq, "put": [s.to_json() for s in self.put], "drop": self.drop}
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    size: int
+    lines: int
+    inode: int
+    mtime_ns: int
+    digest: str
+
+
+class FilesInput(RegionInput[list[FileSpan]], StoredInput):
     schema = SCHEMA
     schema_ddl = SCHEMA_DDL
 
@@ -60,7 +189,95 @@ class FilesInput(RegionInput[list[FileSpan]]):
         if not path:
             raise RegionalConfigError("source=files needs the input directory: add .option('path', '/data/in')")
         self.root = local_path("path", path)
-        self._line_counts: dict[tuple[str, str], tuple[int, int]] = {}  # (region, file) -> (bytes, lines)
+        self._store: Store | None = None
+        self._log: SourceLog | None = None
+        self._manifest: dict[str, RegionFiles] | None = None  # loaded on the driver's first call
+        self._warned: set[tuple[str, str]] = set()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_store=None, _log=None, _manifest=None)  # tasks read files, never the store
+        return state
+
+    def use_store(self, store: Store) -> None:
+        self._store, self._log, self._manifest = store, store.source_log(SOURCE_LOG), None
+
+    # -- the manifest ------------------------------------------------------------------------------
+
+    def manifest(self) -> dict[str, RegionFiles]:
+        """Every region's files as known so far (loaded from the store at the first call)."""
+        if self._manifest is None:
+            self._manifest = self._load()
+        return self._manifest
+
+    def _load(self) -> dict[str, RegionFiles]:
+        manifest: dict[str, RegionFiles] = {}
+        loaded = self._log.load() if self._log is not None else None
+        if loaded is None:
+            if self._store is not None and self._store.epochs():
+                log.warning("regional: source=files: the checkpoint %s has epochs but no manifest of files (it "
+                            "was written by a regional that numbered lines by file name): the manifest starts "
+                            "from the files of %s now, in name order", self._store.checkpoint, self.root)
+            return manifest
+        snapshot, deltas = loaded
+        assert self._log is not None
+        recorded = str(snapshot.get("path") if isinstance(snapshot, dict) else None)
+        if recorded != str(self.root):
+            raise RegionalConfigError(
+                f"source=files: path is now {self.root}, but this query's checkpoint read path {recorded}: an "
+                f"offset names a line of a file of {recorded}, and the files of {self.root} would be read "
+                f"from the wrong place or read again. Give .option('path', {recorded!r}) again, or start "
+                "the query on a new checkpointLocation (its input is then read from the start)")
+        try:
+            for region, data in snapshot["regions"].items():
+                files = RegionFiles(int(data["end"]), int(data["next"]))
+                for entry in data["files"]:
+                    files.put(FileSpan.from_json(entry))
+                manifest[str(region)] = files
+            for delta in deltas:
+                for region, data in delta["regions"].items():
+                    files = manifest.setdefault(str(region), RegionFiles())
+                    _apply(files, RegionChange(int(data["end"]), int(data["next"]),
+                                               [FileSpan.from_json(e) for e in data["put"]],
+                                               [int(s) for s in data["drop"]]))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise RegionalStoreError(
+                f"the regional store's manifest of files {self._log.directory} is unreadable "
+                f"({type(exc).__name__}: {exc}): it was damaged. Restore it from a backup, or start the query "
+                "on a new checkpointLocation") from None
+        return manifest
+
+    def _save(self, changes: Mapping[str, RegionChange]) -> None:
+        """Apply ``changes`` to the manifest, durably first (nothing in memory moves if the write fails)."""
+        manifest = self.manifest()
+        if self._log is not None:
+            if self._log.seq < 0 or self._log.wants_snapshot():
+                future = {r: RegionFiles(f.end, f.next_seq, dict(f.files), dict(f.names)) for r, f in manifest.items()}
+                for region, change in changes.items():
+                    _apply(future.setdefault(region, RegionFiles()), change)
+                self._log.write_snapshot({"source": SOURCE_LOG, "path": str(self.root),
+                                          "regions": {r: f.to_json() for r, f in future.items()}})
+                self._manifest = future
+                return
+            if changes:
+                self._log.append({"regions": {r: c.to_json() for r, c in changes.items()}})
+        for region, change in changes.items():
+            _apply(manifest.setdefault(region, RegionFiles()), change)
+
+    def _committed(self) -> Callable[[str], int]:
+        """Each region's committed offset (the store's latest epoch record), read at most once per call."""
+        cache: dict[str, int] | None = None
+
+        def committed(region: str) -> int:
+            nonlocal cache
+            if cache is None:
+                states = self._store.region_states() if self._store is not None else {}
+                cache = {r: s.committed_offset for r, s in states.items()}
+            return cache.get(region, 0)
+
+        return committed
+
+    # -- listing, on the driver ----------------------------------------------------------------------
 
     def regions(self) -> list[str]:
         if not self.root.is_dir():
@@ -86,48 +303,356 @@ class FilesInput(RegionInput[list[FileSpan]]):
             found.append(region)
         return sorted(found)
 
-    def spans(self, region: str) -> list[FileSpan]:
-        with os.scandir(self.root / region) as entries:
-            found = sorted((e.name, e.stat().st_size) for e in entries if not _hidden(e.name) and e.is_file())
-        spans, offset = [], 0
-        for name, size in found:
-            key = (region, name)
-            known = self._line_counts.get(key)
-            if known is None:
-                data = (self.root / region / name).read_bytes()
-                known = self._line_counts[key] = (len(data), _count_lines(data))
-            elif known[0] != size:
-                raise RegionalConfigError(
-                    f"source=files: file {name!r} of region {region!r} changed after its lines were counted "
-                    f"({known[0]} bytes then, {size} now): a visible file must never change. Write each file "
-                    "under a name starting with '.' or '_' and rename it when it is complete; then restart the "
-                    "query (records of the changed file may have to be checked by hand)")
-            spans.append(FileSpan(name, offset, known[1]))
-            offset += known[1]
-        return spans
-
     def ends(self) -> None:
         return None  # files may be appended at any time
 
     def available(self, epoch: int) -> dict[str, int]:
-        result = {}
-        for region in self.regions():
-            spans = self.spans(region)
-            result[region] = spans[-1].first_offset + spans[-1].lines if spans else 0
-        return result
+        """Each region's end after this listing; new files get their offsets here, durably, before returning."""
+        manifest = self.manifest()
+        committed = self._committed()
+        regions = self.regions()
+        changes: dict[str, RegionChange] = {}
+        present = set()
+        for region in regions:
+            change = self._scan(region, manifest.get(region) or RegionFiles(), committed)
+            if change is None:
+                continue  # the directory vanished since the listing of regions
+            present.add(region)
+            if change.put or change.drop or region not in manifest:
+                changes[region] = change
+        removed = sorted(set(manifest) - present)
+        if removed and present - set(manifest):
+            self._check_not_renamed(removed, {r: changes[r] for r in present - set(manifest)})
+        for region in removed:
+            change = self._removed(region, manifest[region], committed)
+            if change.put or change.drop:
+                changes[region] = change
+        self._save(changes)
+        if changes:
+            failpoints.reach("files_manifest_written", epoch)  # crash tests: before Spark logs the plan
+        manifest = self.manifest()
+        return {r: manifest[r].end for r in sorted(present)}
+
+    def _scan(self, region: str, known: RegionFiles, committed: Callable[[str], int]) -> RegionChange | None:
+        directory = self.root / region
+        listing: dict[str, os.stat_result] = {}
+        try:
+            with os.scandir(directory) as entries:
+                for e in entries:
+                    if _hidden(e.name) or not e.is_file():
+                        continue
+                    try:
+                        listing[e.name] = e.stat()
+                    except FileNotFoundError:
+                        continue  # renamed or deleted while listed
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        change = RegionChange(known.end, known.next_seq)
+        where: dict[tuple[int, int], str] = {}  # (inode, size) -> listed name; built when first needed
+        inodes: set[tuple[int, int]] = set()  # (inode, size) of every known file; the same
+        live: set[int] = set()  # known files still under their names
+        reused: set[str] = set()  # known names that another file took (the known one was renamed away)
+        for name, seq in known.names.items():
+            st = listing.get(name)
+            if st is None:
+                continue
+            span = known.files[seq]
+            if (st.st_size, st.st_ino, st.st_mtime_ns) == (span.size, span.inode, span.mtime_ns):
+                live.add(seq)
+                continue
+            if st.st_ino != span.inode and not where:
+                where = {(s.st_ino, s.st_size): n for n, s in listing.items()}
+                inodes = {(s.inode, s.size) for s in known.files.values()}
+            if st.st_ino != span.inode and (where.get((span.inode, span.size), name) != name
+                                            or (st.st_ino, st.st_size) in inodes):
+                # Rotated: the known file went to another name, or another known file came to this one.
+                reused.add(name)
+                continue
+            if st.st_size != span.size:
+                raise _changed(region, span, f"{span.size} bytes when first seen, {st.st_size} now")
+            fp = _fingerprint_or_none(directory / name)
+            if fp is None:
+                continue  # gone while looked at: missing, or found under its new name below
+            if fp.digest != span.digest:
+                raise _changed(region, span, "same size, other content")
+            live.add(seq)
+            change.put.append(replace(span, inode=fp.inode, mtime_ns=fp.mtime_ns))  # touched, or a byte-equal copy
+        new_names = sorted(n for n in listing if n not in known.names or n in reused)
+        # A listing that crossed a rename can hold the old name and the new: the old one is looked at again. A
+        # hard link (both names still there) is the same file: not read twice.
+        by_inode = {(known.files[seq].inode, known.files[seq].size): seq for seq in live}
+        for name in list(new_names):
+            st = listing[name]
+            linked = by_inode.get((st.st_ino, st.st_size))
+            if linked is None or linked not in live:
+                continue
+            old = known.files[linked]
+            try:
+                still = os.stat(directory / old.name).st_ino == old.inode
+            except FileNotFoundError:
+                still = False
+            if still:
+                if (region, name) not in self._warned:
+                    self._warned.add((region, name))
+                    log.warning("regional: source=files: region %r: %r is a hard link of %r (offsets [%d, %d)): "
+                                "the same file, not read again", region, name, old.name, old.first_offset, old.end)
+                new_names.remove(name)
+            else:
+                live.discard(linked)
+        missing = {seq: s for seq, s in known.files.items() if seq not in live}
+        renamed: set[int] = set()
+        for name in new_names:
+            fp = _fingerprint_or_none(directory / name)
+            if fp is None:
+                continue  # gone while looked at: the next listing sees it, or not
+            found = self._match_missing(region, name, fp, missing, renamed, committed, directory)
+            if found is not None:
+                renamed.add(found.seq)
+                change.put.append(replace(found, name=name, inode=fp.inode, mtime_ns=fp.mtime_ns, gone=False))
+                continue
+            change.put.append(FileSpan(name, change.end, fp.lines, fp.size, fp.inode, fp.mtime_ns, fp.digest,
+                                       change.next_seq))
+            change.end += fp.lines
+            change.next_seq += 1
+        for seq, span in missing.items():
+            if seq not in renamed:
+                self._missing(region, span, change, committed)
+        return change
+
+    def _match_missing(self, region: str, name: str, fp: Fingerprint, missing: Mapping[int, FileSpan],
+                       taken: set[int], committed: Callable[[str], int], directory: Path) -> FileSpan | None:
+        """The known file that a new name is: the same inode and content (a rename), or the same name and content
+        of a file that went missing with records unpublished (put back). None: a new file."""
+        for span in missing.values():
+            if span.seq in taken or span.size != fp.size or span.digest != fp.digest:
+                continue
+            if span.inode == fp.inode or (span.name == name and span.end > committed(region)):
+                return span
+        for span in missing.values():
+            if span.seq not in taken and span.inode == fp.inode and 0 < span.size < fp.size \
+                    and _prefix_digest(directory / name, span.size) == span.digest:
+                raise _changed(region, span, f"renamed to {name!r} and appended to ({span.size} bytes when first "
+                                             f"seen, {fp.size} now)")
+        return None
+
+    def _missing(self, region: str, span: FileSpan, change: RegionChange, committed: Callable[[str], int]) -> None:
+        """A known file not listed: marked gone at the first listing that misses it; at the next, dropped if its
+        records are all published, else the query fails naming it."""
+        if not span.gone:
+            change.put.append(replace(span, gone=True))
+            return
+        done = committed(region)
+        if span.lines and span.end > done:
+            raise RegionalDataLossError(
+                f"source=files: file {span.name!r} of region {region!r} under {self.root} was deleted with offsets "
+                f"[{max(span.first_offset, done)}, {span.end}) not yet published: its records would be lost. Put "
+                "it back (same name, same content), or start the query on a new checkpointLocation")
+        change.drop.append(span.seq)
+
+    def _check_not_renamed(self, removed: list[str], new: Mapping[str, RegionChange]) -> None:
+        """A region is its directory's name: a region directory renamed would be read again from the start under
+        the new name. Refused when a new region holds a file of a region whose directory went away."""
+        manifest = self.manifest()
+        old = {(s.inode, s.size): (r, s.name) for r in removed for s in manifest[r].files.values() if not s.gone}
+        for region, change in sorted(new.items()):
+            for span in change.put:
+                if (span.inode, span.size) in old:
+                    was, name = old[(span.inode, span.size)]
+                    raise RegionalConfigError(
+                        f"source=files: region directory {region!r} under {self.root} holds {span.name!r}, the file "
+                        f"{name!r} of region {was!r}, whose directory is gone: was {was!r} renamed to {region!r}? "
+                        "A region is its directory's name, and a new region is read from its start, so its records "
+                        f"would be read twice. Rename the directory back to {was!r}; to read the files again on "
+                        "purpose, copy them into a new directory (a copy is new input)")
+
+    def _removed(self, region: str, known: RegionFiles, committed: Callable[[str], int]) -> RegionChange:
+        """A region directory that is no longer there. With records unpublished, the query fails naming the
+        region; otherwise its files go missing like deleted ones, and the region keeps its offsets."""
+        done = committed(region)
+        if known.end > done:
+            raise RegionalDataLossError(
+                f"source=files: region directory {region!r} under {self.root} was removed with offsets "
+                f"[{done}, {known.end}) not yet published: its records would be lost. Put it back, or start the "
+                "query on a new checkpointLocation")
+        change = RegionChange(known.end, known.next_seq)
+        for span in known.files.values():
+            self._missing(region, span, change, committed)
+        return change
+
+    # -- planning a range, on the driver ---------------------------------------------------------------
 
     def split(self, region: str, start: int, end: int) -> list[FileSpan]:
-        return [s for s in self.spans(region) if s.first_offset < end and s.first_offset + s.lines > start]
+        """The files a task reads for ``[start, end)``, under their current names. A file the range needs that
+        is gone fails here, on the driver, naming it; records below the committed offset (a re-run of an
+        epoch already recorded) are not needed."""
+        known = self.manifest().get(region) or RegionFiles()
+        if end > known.end and (self._log is None or self._log.seq < 0):
+            self.available(-1)  # a checkpoint from before the manifest re-runs its last plan: list first
+            known = self.manifest().get(region) or RegionFiles()
+        if end > known.end:
+            raise RegionalStoreError(
+                f"source=files: the plan reads offsets [{start}, {end}) of region {region!r} but the manifest of "
+                f"files knows offsets up to {known.end}: the store was damaged or replaced. Restore it, or start "
+                "the query on a new checkpointLocation")
+        committed = self._committed()
+        spans, cursor = [], start
+        for span in _overlapping(known, start, end):
+            if span.first_offset > cursor:
+                self._check_published(region, cursor, span.first_offset, committed, "no longer in the manifest")
+            cursor = max(cursor, span.end)
+            found = _locate(self.root / region, span)
+            if found is None:
+                self._check_published(region, max(start, span.first_offset), min(end, span.end), committed,
+                                      f"in file {span.name!r}, which is gone")
+                continue
+            spans.append(found)
+        if cursor < end:
+            self._check_published(region, cursor, end, committed, "no longer in the manifest")
+        return spans
+
+    def _check_published(self, region: str, lo: int, hi: int, committed: Callable[[str], int], where: str) -> None:
+        if hi <= committed(region):
+            return
+        if not (self.root / region).is_dir():
+            raise RegionalDataLossError(
+                f"source=files: region directory {region!r} under {self.root} was removed with offsets "
+                f"[{max(lo, committed(region))}, {hi}) planned and not yet published: its records would be lost. Put "
+                "it back, or start the query on a new checkpointLocation")
+        raise RegionalDataLossError(
+            f"source=files: offsets [{lo}, {hi}) of region {region!r} under {self.root} are planned but not "
+            f"published, and they are {where}: deleted or changed after their epoch was planned. Put the "
+            "file back (same name, same content), or start the query on a new checkpointLocation")
+
+    # -- reading, in the task ---------------------------------------------------------------------------
 
     def read(self, region: str, start: int, end: int, split: Any,
              batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+        directory = self.root / region
         for span in split:
-            lines = _lines((self.root / region / span.name).read_bytes())
             lo = max(start - span.first_offset, 0)
             hi = min(end - span.first_offset, span.lines)
+            if hi <= lo:
+                continue
+            lines = _lines(_read_span(directory, region, span))
             for chunk in range(lo, hi, batch_rows):
                 chunk_end = min(chunk + batch_rows, hi)
                 yield batch_of(region, span.first_offset + chunk, lines.slice(chunk, chunk_end - chunk))
+
+
+def _apply(files: RegionFiles, change: RegionChange) -> None:
+    for seq in change.drop:
+        files.drop(seq)
+    for span in change.put:
+        files.put(span)
+    files.end, files.next_seq = change.end, change.next_seq
+
+
+def _overlapping(known: RegionFiles, start: int, end: int) -> list[FileSpan]:
+    """Files holding offsets of ``[start, end)``, in offset order (newest first is where ranges usually are)."""
+    found = []
+    for span in reversed(known.files.values()):
+        if span.end <= start and span.first_offset < start:
+            break
+        if span.first_offset < end and span.end > start:
+            found.append(span)
+    return found[::-1]
+
+
+def _locate(directory: Path, span: FileSpan) -> FileSpan | None:
+    """``span``'s file: under its name, or under the name it was renamed to since (same inode and size), or
+    under its name with the same size but another inode (a copy, or another file: the reader compares content);
+    None when it is gone."""
+    try:
+        st = os.stat(directory / span.name)
+    except FileNotFoundError:
+        st = None
+    if st is not None and (st.st_ino, st.st_size) == (span.inode, span.size):
+        return span
+    try:
+        with os.scandir(directory) as entries:
+            for e in entries:
+                if _hidden(e.name) or not e.is_file():
+                    continue
+                try:
+                    other = e.stat()
+                except FileNotFoundError:
+                    continue
+                if (other.st_ino, other.st_size) == (span.inode, span.size):
+                    return replace(span, name=e.name)
+    except FileNotFoundError:
+        pass
+    return span if st is not None and st.st_size == span.size else None
+
+
+def _read_span(directory: Path, region: str, span: FileSpan) -> bytes:
+    """The bytes of ``span``'s file, checked to be the file the driver counted (size, and content unless inode
+    and modification time are unchanged)."""
+    located = _locate(directory, span)
+    try:
+        if located is None:
+            raise FileNotFoundError(span.name)
+        with open(directory / located.name, "rb") as f:
+            data = f.read()
+            st = os.fstat(f.fileno())
+    except FileNotFoundError:
+        raise RegionalDataLossError(
+            f"source=files: file {span.name!r} of region {region!r} (offsets [{span.first_offset}, {span.end})) is "
+            f"gone from {directory}: it was deleted or changed after its epoch was planned") from None
+    if len(data) != span.size:
+        raise _changed(region, span, f"{span.size} bytes when first seen, {len(data)} when a task read it")
+    if (st.st_ino, st.st_mtime_ns) != (span.inode, span.mtime_ns) and _digest(hashlib.sha256(data)) != span.digest:
+        raise _changed(region, span, "same size, other content when a task read it")
+    return data
+
+
+def _changed(region: str, span: FileSpan, how: str) -> RegionalConfigError:
+    return RegionalConfigError(
+        f"source=files: file {span.name!r} of region {region!r} changed after its lines were counted ({how}): a "
+        f"visible file must never change (its offsets [{span.first_offset}, {span.end}) would no longer be the "
+        "lines already read). Write each file under a name starting with '.' or '_' and rename it when it is "
+        "complete. Put the file back as it was and restart the query; if it is a new file that took the name of "
+        "one deleted a moment ago, give it a name not used before (records of a changed file may have to be "
+        "checked by hand)")
+
+
+def _fingerprint_or_none(path: Path) -> Fingerprint | None:
+    """Size, lines, identity and SHA-256 of a file, read once in chunks; None if it is gone."""
+    h = hashlib.sha256()
+    size = lines = 0
+    last = b"\n"
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(READ_CHUNK):
+                h.update(chunk)
+                lines += chunk.count(b"\n")
+                size += len(chunk)
+                last = chunk[-1:]
+            st = os.fstat(f.fileno())
+    except FileNotFoundError:
+        return None
+    if st.st_size != size:
+        raise RegionalConfigError(
+            f"source=files: file {path} changed while its lines were counted ({size} bytes read, {st.st_size} "
+            "now): a visible file must never change. Write each file under a name starting with '.' or '_' and "
+            "rename it when it is complete")
+    return Fingerprint(size, lines + (last != b"\n"), st.st_ino, st.st_mtime_ns, _digest(h))
+
+
+def _prefix_digest(path: Path, size: int) -> str | None:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            left = size
+            while left and (chunk := f.read(min(READ_CHUNK, left))):
+                h.update(chunk)
+                left -= len(chunk)
+    except FileNotFoundError:
+        return None
+    return _digest(h)
+
+
+def _digest(h: Any) -> str:
+    return str(h.hexdigest()[:DIGEST_CHARS])
 
 
 def _hidden(name: str) -> bool:

@@ -20,7 +20,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from regional.dead_letters import encode_records
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs import load_input
-from regional.inputs.base import RetainedInput
+from regional.inputs.base import RetainedInput, StoredInput
 from regional.protocol.plan import INITIAL_EPOCH, EpochPlan, RegionRange, Retention, initial_offset, plan_epoch
 from regional.protocol.settings import Settings, parse_optional_int, resolve_settings
 from regional.spark.task_files import TIMED_BATCH_ROWS, ReadReceipt, SinkWatch, TaskFiles, TaskKey
@@ -67,6 +67,8 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.conf, self.options = dict(conf), dict(options)
         self.store = Store(checkpoint)
         self.input = load_input(options)
+        if isinstance(self.input, StoredInput):  # e.g. the files source's manifest of files in arrival order
+            self.input.use_store(self.store)
         self.max_per_region = parse_optional_int(options, "maxRecordsPerRegion", minimum=1)
         self.max_per_trigger = trigger_limit(options)
         resolve_settings(conf, options, {})  # a bad value fails at start, not in a task

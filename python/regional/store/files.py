@@ -33,6 +33,7 @@ VERSIONS: dict[str, int] = {
     "referenced-epochs": 1,  # referenced-epochs: the live ref_epochs, read by the JVM shim
     "query-plan": 1,  # query-plan.json: the JVM shim's plan check
     "failure": 1,  # failures/<epoch>/<partition>-<attempt>.json: the JVM shim's record of a failed attempt
+    "source-log": 1,  # sources/<source>/<seq>.{snapshot,delta}.json: a source's own state (the files manifest)
 }
 # Older formats this version still reads (a checkpoint written before an upgrade); it writes VERSIONS only.
 ALSO_READS: dict[str, tuple[int, ...]] = {"epoch": (1,), "intent": (1,)}

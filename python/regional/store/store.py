@@ -19,6 +19,8 @@ Layout (every file in the format of ``store.files``: versioned, checksummed, ato
                            between source and sink allows regional epochs
     failures/<epoch>/<partition>-<attempt>.json
                            written by the JVM shim: why a task attempt failed
+    sources/<source>/      a source's own durable state (the files source's manifest of files in arrival
+                           order): a snapshot and the changes since (``store.source_log``)
     driver.lock            locked (flock) by the driver running the query, for as long as it runs it; holds
                            who that is, for the error the next driver gets
 
@@ -44,6 +46,7 @@ from regional.errors import RegionalStoreError
 from regional.location import local_path
 from regional.store import files
 from regional.store.model import EpochRecord, Intent, QueryPlanCheck, RegionState, TaskFailure
+from regional.store.source_log import SourceLog
 
 STORE_DIR = "regional"
 T = TypeVar("T")
@@ -284,6 +287,14 @@ class Store:
         return {p: sorted(fs, key=lambda f: f.attempt) for p, fs in failures.items()}
 
     # -- graceful stop -------------------------------------------------------------------
+
+    # -- a source's own state --------------------------------------------------------------
+
+    def source_log(self, source: str) -> SourceLog:
+        """The durable state of source ``source`` (a plain name, e.g. ``files``): see ``store.source_log``."""
+        if not source.isidentifier():
+            raise ValueError(f"a source log's name must be a plain name, not {source!r}")
+        return SourceLog(self.root / "sources" / source)
 
     def request_final_epoch(self, after_epoch: int) -> None:
         files.write(self._final_request, "final-epoch-request", {"after_epoch": after_epoch,
