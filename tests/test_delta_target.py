@@ -55,8 +55,8 @@ def test_a_new_query_on_the_same_table_is_not_skipped(tmp_path):
 def test_staging_abort_and_sweep(tmp_path):
     t = target(tmp_path)
     handle = t.prepare(0, "a/../b", batches("x", 0, 2))
-    staged = tmp_path / "t" / STAGING_DIR / QUERY / "e0" / handle["name"]
-    assert staged.exists() and "/" not in handle["name"]  # the region id is not a path
+    staged = tmp_path / "t" / STAGING_DIR / QUERY / "e0" / handle["files"][0]["name"]
+    assert staged.exists() and "/" not in handle["files"][0]["name"]  # the region id is not a path
     t.abort(0, {"a/../b": handle})
     assert not staged.exists()
     assert t.prepare(0, "a", iter([])) is None
@@ -69,7 +69,7 @@ def test_staging_abort_and_sweep(tmp_path):
 def test_a_staged_file_gone_before_publishing_is_an_error(tmp_path):
     t = target(tmp_path)
     handle = t.prepare(0, "a", batches("a", 0, 1))
-    (tmp_path / "t" / STAGING_DIR / QUERY / "e0" / handle["name"]).unlink()
+    (tmp_path / "t" / STAGING_DIR / QUERY / "e0" / handle["files"][0]["name"]).unlink()
     with pytest.raises(RegionalStoreError, match="gone before it was published"):
         t.commit(0, {"a": handle})
 
@@ -93,3 +93,75 @@ def test_needs_a_path_and_a_known_name():
         load_target({"target": "base"})
     with pytest.raises(RegionalConfigError, match=r"unknown target '\.\./x'"):
         load_target({"target": "../x"})
+
+
+# -- the table's schema ------------------------------------------------------------------------------------------
+
+
+def fields(**types):
+    return pa.schema([pa.field(n, t) for n, t in types.items()])
+
+
+def test_compare_schemas_names_every_column_that_does_not_fit():
+    from regional.targets.delta import compare_schemas
+
+    table = pa.schema([pa.field("value", pa.string()), pa.field("n", pa.int64(), nullable=False),
+                       pa.field("day", pa.string())])
+    query = fields(Value=pa.string(), n=pa.int32(), extra=pa.float64(), day=pa.string())
+    problems, new = compare_schemas(query, table, ["day"], merge=False)
+    assert problems == ["column 'Value' is 'value' in the table (names differ in case only): rename it",
+                        "column 'n' is long in the table, the query writes integer",
+                        "column 'extra' (double) is not in the table"] and new == []
+    problems, new = compare_schemas(fields(value=pa.large_string(), day=pa.string()), table, ["day"], merge=True)
+    assert problems == ["column 'n' is NOT NULL in the table, and the query does not write it"] and new == []
+    problems, new = compare_schemas(fields(value=pa.string(), extra=pa.int64(), n=pa.int64(), day=pa.string()),
+                                    table, ["day"], merge=True)
+    assert problems == ["column 'n' is NOT NULL in the table, and the query's may be null"] and new == ["extra"]
+    problems, _ = compare_schemas(fields(value=pa.string()), pa.schema([pa.field("value", pa.string()),
+                                                                        pa.field("day", pa.string())]),
+                                  ["day"], merge=True)
+    assert problems == ["partition column 'day' is not written"]
+    assert compare_schemas(fields(value=pa.string(), day=pa.string()), table.remove(1), ["day"], merge=False) \
+        == ([], [])
+
+
+def test_open_refuses_a_mismatch_before_anything_is_staged_and_merge_schema_adds_columns_in_one_commit(tmp_path):
+    t = target(tmp_path)
+    t.commit(0, {"a": t.prepare(0, "a", batches("a", 0, 2))})
+    wider = pa.schema([("value", pa.string()), ("n", pa.int64())])
+    with pytest.raises(RegionalConfigError, match=r"column 'n' \(long\) is not in the table.*mergeSchema"):
+        t.open(wider)
+    merging = load_target({"target": "delta", "path": str(tmp_path / "t"), "queryid": QUERY,
+                           "mergeschema": "true"})
+    merging.open(wider)
+    handles = {"a": merging.prepare(1, "a", iter([pa.record_batch({"value": ["a-2"], "n": [7]})]))}
+    merging.commit(1, handles)
+    version = DeltaTable(str(tmp_path / "t")).version()
+    merging.commit(1, handles)  # a re-run after a crash: nothing twice
+    table = DeltaTable(str(tmp_path / "t"))
+    assert table.version() == version and table.transaction_version(f"regional-{QUERY}") == 1
+    log = (tmp_path / "t" / "_delta_log" / f"{version:020d}.json").read_text()  # the schema and the rows, one commit
+    assert '"metaData"' in log and '"add"' in log and '"txn"' in log and '\\"name\\":\\"n\\"' in log
+    assert sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["value"]) == [
+        {"value": "a-0", "n": None}, {"value": "a-1", "n": None}, {"value": "a-2", "n": 7}]
+    assert not list((tmp_path / "t" / STAGING_DIR / QUERY / "e1").iterdir())  # the staged file was written again
+
+
+def test_a_partitioned_table_gets_one_file_per_partition_value_without_the_column(tmp_path):
+    from deltalake import write_deltalake
+
+    write_deltalake(str(tmp_path / "t"), pa.table({"value": ["seed"], "day": ["d0"]}), partition_by=["day"])
+    driver = target(tmp_path)
+    driver.open(pa.schema([("value", pa.string()), ("day", pa.string())]))
+    task = load_target({"target": "delta", "path": str(tmp_path / "t"), "queryid": QUERY,
+                        **driver.task_options()})
+    handle = task.prepare(0, "a", iter([pa.record_batch({"value": ["x", "y", "z"], "day": ["d1", None, "d1"]})]))
+    assert sorted((str(f["partition"]["day"]), f["rows"]) for f in handle["files"]) == [("None", 1), ("d1", 2)]
+    driver.commit(0, {"a": handle})
+    table = DeltaTable(str(tmp_path / "t"))
+    assert sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["value"]) == [
+        {"value": "seed", "day": "d0"}, {"value": "x", "day": "d1"}, {"value": "y", "day": None},
+        {"value": "z", "day": "d1"}]
+    import pyarrow.parquet as pq
+    for f in handle["files"]:
+        assert pq.read_schema(tmp_path / "t" / f["name"]).names == ["value"]

@@ -171,6 +171,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         check_dead_letter_path(optional_local_path("deadLetterPath", dead_letter_path), target)
         # A bad target fails at start, not in a task; an interrupted epoch is finished before new tasks run.
         ready_target(store, target, self._target_schema(schema), dead_letter_target)
+        self.target_options.update(target.task_options())  # what open() found that the tasks' copies need
         given = given_settings(options)
         if store.read_write_options() != given:
             # Not recorded at query start (no listener): record them now; the next planned epoch uses them.

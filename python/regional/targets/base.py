@@ -87,6 +87,12 @@ class Target(ABC, Generic[Handle]):
         """Before each epoch's tasks run, with the Arrow schema ``prepare`` will receive: check the target and
         create what is missing, so that a bad target fails at start, not in a task. Default: nothing."""
 
+    def task_options(self) -> dict[str, str]:
+        """On the driver, after ``open``: options the tasks' copies of this target need from what ``open`` found
+        (the Delta table's partition columns); they are added to the options the tasks build it from. Default:
+        none."""
+        return {}
+
     def sweep(self, up_to_epoch: int) -> None:
         """Remove what recorded epochs up to ``up_to_epoch`` staged but never published (dead tasks and
         drivers leave such output). Called at start and every few epochs. Default: nothing to remove."""

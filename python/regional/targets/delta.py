@@ -8,11 +8,20 @@ the regional report in its commit info. Idempotency is checked, not assumed: the
 version for the app id is read first, and an epoch at or below it is not committed again (delta-rs
 does not skip duplicates by itself). Whatever is left in the staging directory for a recorded epoch
 will never be published: ``sweep`` removes it.
+
+The table's schema is checked on the driver before each epoch's tasks (``open``): the query's columns must be
+the table's, by name (exact case), Delta type and nullability, or the start is refused naming the columns.
+``mergeSchema=true`` adds the query's new columns in the epoch's own transaction (that epoch is written through
+delta-rs's merge mode: delta-rs adds no schema to an append of files already written) and lets the query leave
+nullable columns out (they read as null), as delta-spark's option does; type changes are still refused. A
+partitioned table's partition columns go into each file's partition values, never into the file: ``open`` hands
+them to the tasks (``task_options``), which write one file per partition value.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import shutil
@@ -22,6 +31,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from regional.errors import RegionalConfigError, RegionalStoreError
@@ -31,6 +41,9 @@ from regional.protocol.settings import parse_bool
 from regional.targets.base import EpochReport, Target, chain_first, reason_class, require_query_id
 
 STAGING_DIR = "_regional_staging"
+PARTITION_COLUMNS_OPTION = "regional.partitioncolumns"  # set by open() for the tasks: the table's, as JSON
+# Delta types a partition value is written for (as Delta spells them: the value's text, e.g. 2024-01-31).
+PARTITION_TYPES = {"string", "long", "integer", "short", "byte", "boolean", "date"}
 _EPOCH_DIR = re.compile(r"^e(\d+)$")
 
 
@@ -51,6 +64,9 @@ class DeltaTarget(Target[dict[str, Any] | None]):
         self.query_id = query_id
         self.app_id = f"regional-{query_id}"
         self.staging = self.table / STAGING_DIR / query_id
+        self.merge_schema = parse_bool(options, "mergeSchema", default="false")
+        # The table's partition columns as open() found them on the driver (tasks get them in their options).
+        self.partition_columns: list[str] = json.loads(options.get(PARTITION_COLUMNS_OPTION) or "[]")
         self._delta: Any = None  # the table, opened once per target object (the driver builds one per epoch)
 
     # -- phase one, in the task -----------------------------------------------------------
@@ -60,24 +76,33 @@ class DeltaTarget(Target[dict[str, Any] | None]):
         if first is None:
             return None
         if self.dead_letters:  # staged on the driver, before the intent: a table of another shape is refused
-            self._check_dead_letter_columns(first.schema.names)
+            self._check_dead_letter_schema(first.schema)
         directory = self.staging / f"e{epoch}"
         directory.mkdir(parents=True, exist_ok=True)
-        name = f"part-{self.query_id[:8]}-e{epoch:08d}-{encode_region(region)}-{uuid.uuid4().hex[:12]}.parquet"
-        path = directory / name
-        rows = 0
         schema = delta_schema(first.schema)
         relabel = schema is not first.schema  # decided once: the hot loop casts only when Delta needs it
+        parts = [schema.get_field_index(c) for c in self.partition_columns]
+        file_schema = pa.schema([f for i, f in enumerate(schema) if i not in parts], schema.metadata)
+        staged: dict[tuple[str | None, ...], _StagedFile] = {}  # partition values -> the file holding them
+        prefix = f"part-{self.query_id[:8]}-e{epoch:08d}-{encode_region(region)}"
         try:
-            with pq.ParquetWriter(path, schema, compression="snappy") as writer:
-                for batch in chain_first(first, batches):
-                    writer.write_batch(batch.cast(schema) if relabel else batch)
-                    rows += batch.num_rows
+            for batch in chain_first(first, batches):
+                batch = batch.cast(schema) if relabel else batch
+                for values, rows in _by_partition(batch, parts):
+                    out = staged.get(values)
+                    if out is None:
+                        out = staged[values] = _StagedFile(directory, prefix, file_schema)
+                    out.write(rows.select([i for i in range(rows.num_columns) if i not in parts]) if parts else rows)
+            for out in staged.values():
+                out.close()
         except BaseException:
-            path.unlink(missing_ok=True)
+            for out in staged.values():
+                out.discard()
             raise
-        return {"name": name, "size": path.stat().st_size, "rows": rows,
-                "schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")}
+        files = [{"name": out.name, "size": out.size, "rows": out.rows,
+                  "partition": dict(zip(self.partition_columns, values, strict=True))}
+                 for values, out in staged.items()]
+        return {"files": files, "schema": _encode_schema(schema), "partition_columns": self.partition_columns}
 
     # -- phase two, on the driver ------------------------------------------------------------
 
@@ -87,33 +112,97 @@ class DeltaTarget(Target[dict[str, Any] | None]):
 
         staged = [h for h in handles.values() if h is not None]
         if staged and self.dead_letters:
-            self._check_dead_letter_columns(_schema_of(staged[0]).names)
+            self._check_dead_letter_schema(_schema_of(staged[0]))
         staging, table_dir = os.fspath(self.staging / f"e{epoch}"), os.fspath(self.table)
-        for handle in staged:  # into the table directory; a re-run finds them moved already
-            _move_into_table(staging, table_dir, handle["name"], epoch)
         table = self._open()
+        if table is not None:
+            done = table.transaction_version(self.app_id)
+            if done is not None and done >= epoch:
+                return  # published before a crash: publish nothing twice
+        properties = CommitProperties(custom_metadata={"regional": _report_metadata(epoch, self.query_id, report)},
+                                      app_transactions=[Transaction(self.app_id, epoch)])
+        if table is not None and staged:
+            # The table as it is now, not as open() saw it: another writer may have changed it since.
+            new_columns = self._check_schema(_schema_of(staged[0]), staged[0].get("partition_columns", []), table)
+            if new_columns:
+                self._commit_merging(epoch, staged, table, properties)
+                return
+        for handle in staged:  # into the table directory; a re-run finds them moved already
+            for f in _files_of(handle):
+                _move_into_table(staging, table_dir, f["name"], epoch)
         if table is None:
             if not staged:
                 return
             table = self._delta = DeltaTable.create(str(self.table), _schema_of(staged[0]), mode="ignore")
-        done = table.transaction_version(self.app_id)
-        if done is not None and done >= epoch:
-            return  # published before a crash: publish nothing twice
         now = int(time.time() * 1000)
-        adds = [AddAction(h["name"], int(h["size"]), {}, now, True, f'{{"numRecords":{int(h["rows"])}}}')
-                for h in staged]
-        table.create_write_transaction(
-            adds, mode="append", schema=table.schema(),
-            commit_properties=CommitProperties(
-                custom_metadata={"regional": _report_metadata(epoch, self.query_id, report)},
-                app_transactions=[Transaction(self.app_id, epoch)],
-            ),
-        )
+        adds = [AddAction(f["name"], int(f["size"]), f.get("partition", {}), now, True,
+                          f'{{"numRecords":{int(f["rows"])}}}')
+                for h in staged for f in _files_of(h)]
+        table.create_write_transaction(adds, mode="append", schema=table.schema(), commit_properties=properties)
+
+    def _commit_merging(self, epoch: int, staged: list[dict[str, Any]], table: Any, properties: Any) -> None:
+        """The epoch that adds columns (mergeSchema): its rows are written again through delta-rs's merge mode,
+        which puts the new schema and the rows in one transaction. Once per schema change."""
+        from deltalake import write_deltalake
+
+        types = {f.name: f.type for f in _arrow_schema(table)}
+        parts: list[str] = list(table.metadata().partition_columns)
+        pieces = []
+        for handle in staged:
+            for f in _files_of(handle):
+                data = pq.read_table(self._staged_path(epoch, f["name"]))
+                for column in parts:  # back from the file's partition values into the rows
+                    value = f.get("partition", {}).get(column)
+                    values = pa.array([value] * data.num_rows, pa.string()).cast(types[column])
+                    data = data.append_column(column, values)
+                pieces.append(data)
+        write_deltalake(table, pa.concat_tables(pieces, promote_options="default"), mode="append",
+                        schema_mode="merge", partition_by=parts or None, commit_properties=properties)
+        for handle in staged:
+            for f in _files_of(handle):
+                self._staged_path(epoch, f["name"]).unlink(missing_ok=True)
+
+    def _staged_path(self, epoch: int, name: str) -> Any:
+        """Where a staged file is: in the staging directory, or in the table's if a crashed commit moved it."""
+        staged = self.staging / f"e{epoch}" / name
+        return staged if staged.exists() else self.table / name
 
     def abort(self, epoch: int, handles: dict[str, Any]) -> None:
         for handle in handles.values():
-            if handle is not None:
-                (self.staging / f"e{epoch}" / handle["name"]).unlink(missing_ok=True)
+            for f in _files_of(handle) if handle is not None else ():
+                (self.staging / f"e{epoch}" / f["name"]).unlink(missing_ok=True)
+
+    def open(self, schema: pa.Schema) -> None:
+        """Check the query's columns against the table's before anything is staged (a new table is created by
+        the first commit, from the rows' schema), and note its partition columns for the tasks."""
+        table = self._open()
+        if table is None:
+            self.partition_columns = []
+            return
+        self.partition_columns = list(table.metadata().partition_columns)
+        if self.dead_letters:
+            self._check_dead_letter_schema(schema)
+        else:
+            self._check_schema(delta_schema(schema), self.partition_columns, table)
+
+    def task_options(self) -> dict[str, str]:
+        return {PARTITION_COLUMNS_OPTION: json.dumps(self.partition_columns)}
+
+    def _check_schema(self, schema: pa.Schema, partition_columns: list[str], table: Any) -> list[str]:
+        """The query's new columns (allowed with mergeSchema); anything else that does not fit is refused."""
+        have = list(table.metadata().partition_columns)
+        if list(partition_columns) != have:
+            raise RegionalConfigError(
+                f"the Delta table {str(self.table)!r} is partitioned by {have} now, but this epoch's files were "
+                f"written for {list(partition_columns)}: was the table replaced while the query ran? Restart "
+                "the query: its next epochs are written for the table as it is")
+        problems, new = compare_schemas(schema, _arrow_schema(table), have, self.merge_schema)
+        if problems:
+            raise RegionalConfigError(
+                f"the query's columns do not fit the Delta table {str(self.table)!r}: " + "; ".join(problems) +
+                ". Select and cast the table's columns in your select(...), write to a new path"
+                + ("" if self.merge_schema else ", or set .option('mergeSchema', 'true') to add new columns"))
+        return new
 
     def published(self, epoch: int) -> bool:
         table = self._open()
@@ -125,19 +214,18 @@ class DeltaTarget(Target[dict[str, Any] | None]):
     def location(self) -> str:
         return str(self.table)
 
-    def columns(self) -> list[str] | None:
-        """The table's column names; None before its first commit."""
+    def _check_dead_letter_schema(self, schema: pa.Schema) -> None:
+        """A table that holds other columns, or the same names with other types (another source's dead letters),
+        is refused: Delta files of another shape would be added to it unchecked."""
         table = self._open()
-        return None if table is None else [f.name for f in table.schema().fields]
-
-    def _check_dead_letter_columns(self, names: list[str]) -> None:
-        """A table that holds other columns (another source's dead letters) is refused: Delta files of
-        another shape would be added to it unchecked."""
-        have = self.columns()
-        if have is not None and have != names:
+        if table is None:
+            return
+        have = _arrow_schema(table)
+        problems, new = compare_schemas(delta_schema(schema), have, [], merge=False)
+        if problems or new or [f.name for f in have] != schema.names:
             raise RegionalConfigError(
-                f"deadLetterPath={self.table} is a Delta table with columns {have}, but this query's dead letters "
-                f"have {names}: give each source type its own dead-letter table")
+                f"deadLetterPath={self.table} is a Delta table with columns {_describe(have)}, but this query's dead "
+                f"letters have {_describe(schema)}: give each source type its own dead-letter table")
 
     def sweep(self, up_to_epoch: int) -> None:
         """Remove staged files of epochs up to ``up_to_epoch``: their epochs are recorded, so what was
@@ -170,6 +258,113 @@ def delta_schema(schema: pa.Schema) -> pa.Schema:
         return schema
     return pa.schema([f.with_type(pa.timestamp(f.type.unit, tz="UTC")) if i in relabel else f
                       for i, f in enumerate(schema)], schema.metadata)
+
+
+def compare_schemas(query: pa.Schema, table: pa.Schema, partition_columns: list[str],
+                    merge: bool) -> tuple[list[str], list[str]]:
+    """(problems, new columns) of writing rows of ``query`` into a table of Arrow schema ``table``. Compared as
+    Delta types; names exactly (Delta ignores case, Parquet readers may not: a column that differs only in case
+    is refused); a nullable query column into a NOT NULL one is refused (Spark says whether a column can be
+    null: ``coalesce`` makes it non-null). Without ``merge``, the query must write every column of the table."""
+    from deltalake import Schema
+
+    wanted = {f.name: f for f in Schema.from_arrow(query).fields}
+    have = {f.name: f for f in Schema.from_arrow(table).fields}
+    by_lower = {n.lower(): n for n in have}
+    problems, new = [], []
+    for name, field in wanted.items():
+        current = have.get(name)
+        if current is None:
+            other = by_lower.get(name.lower())
+            if other is not None:
+                problems.append(f"column {name!r} is {other!r} in the table (names differ in case only): rename it")
+            elif merge:
+                new.append(name)
+            else:
+                problems.append(f"column {name!r} ({_delta_type(field)}) is not in the table")
+            continue
+        if _delta_type(field) != _delta_type(current):
+            problems.append(f"column {name!r} is {_delta_type(current)} in the table, the query writes "
+                            f"{_delta_type(field)}")
+        elif field.nullable and not current.nullable:
+            problems.append(f"column {name!r} is NOT NULL in the table, and the query's may be null")
+    for name, current in have.items():
+        if name in wanted or any(w.lower() == name.lower() for w in wanted):
+            continue
+        if name in partition_columns:
+            problems.append(f"partition column {name!r} is not written")
+        elif not merge:
+            problems.append(f"column {name!r} ({_delta_type(current)}) of the table is not written (with mergeSchema "
+                            "it would be null in new rows)")
+        elif not current.nullable:
+            problems.append(f"column {name!r} is NOT NULL in the table, and the query does not write it")
+    for name in partition_columns:
+        if name in have and _delta_type(have[name]) not in PARTITION_TYPES:
+            problems.append(f"partition column {name!r} is {_delta_type(have[name])}: regional writes partition "
+                            f"values of types {sorted(PARTITION_TYPES)} only")
+    return problems, new
+
+
+def _delta_type(field: Any) -> str:
+    kind = field.type
+    return str(kind.type) if type(kind).__name__ == "PrimitiveType" else str(kind.to_json())
+
+
+def _describe(schema: pa.Schema) -> str:
+    return ", ".join(f"{f.name} {f.type}" for f in schema)
+
+
+def _arrow_schema(table: Any) -> pa.Schema:
+    return pa.schema(table.schema().to_arrow())
+
+
+class _StagedFile:
+    """One parquet file a task stages: one per partition value of a partitioned table, else one per slice."""
+
+    def __init__(self, directory: Any, prefix: str, schema: pa.Schema) -> None:
+        self.name = f"{prefix}-{uuid.uuid4().hex[:12]}.parquet"
+        self.path = directory / self.name
+        self.rows = 0
+        self.size = 0
+        self._writer = pq.ParquetWriter(self.path, schema, compression="snappy")
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._writer.write_batch(batch)
+        self.rows += batch.num_rows
+
+    def close(self) -> None:
+        self._writer.close()
+        self.size = self.path.stat().st_size
+
+    def discard(self) -> None:
+        self._writer.close()
+        self.path.unlink(missing_ok=True)
+
+
+def _by_partition(batch: pa.RecordBatch, parts: list[int]) -> Iterator[tuple[tuple[str | None, ...], pa.RecordBatch]]:
+    """The batch's rows per partition value (as Delta writes it: the value's text, or None for null)."""
+    if not parts:
+        yield (), batch
+        return
+    keys = [pc.cast(batch.column(i), pa.string()) for i in parts]
+    combos = pa.table(dict(zip(map(str, range(len(parts))), keys, strict=True))).group_by(
+        [str(i) for i in range(len(parts))]).aggregate([])
+    for row in combos.to_pylist():
+        values = tuple(row[str(i)] for i in range(len(parts)))
+        mask = None
+        for key, value in zip(keys, values, strict=True):
+            match = pc.is_null(key) if value is None else pc.fill_null(pc.equal(key, value), False)
+            mask = match if mask is None else pc.and_(mask, match)
+        yield values, batch.filter(mask)
+
+
+def _files_of(handle: dict[str, Any]) -> list[dict[str, Any]]:
+    """The files a handle staged (a handle written before partitioned tables named one file, with no partition)."""
+    return list(handle["files"]) if "files" in handle else [handle]
+
+
+def _encode_schema(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
 
 
 def _schema_of(handle: dict[str, Any]) -> pa.Schema:
