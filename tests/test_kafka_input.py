@@ -105,3 +105,30 @@ def test_a_log_that_went_backwards_is_data_loss_and_new_regions_start_where_told
                         "t-1": RegionOutcome("t-1", Outcome.WRITTEN, 9, 5),
                         "t-2": RegionOutcome("t-2", Outcome.FAILED, 6, reason="down")}, None)
     assert record.regions["t-2"].committed_offset == 6 and record.regions["t-2"].ref_epoch == -1
+
+
+def test_a_replaced_log_is_read_from_its_start_whatever_its_end_and_the_loss_is_recorded():
+    """A topic created again with more records than the committed offset: nothing in the offsets shows it; the
+    input's topic ids do, and the plan reads the region from its log start."""
+    states = {"orders-0": RegionState(5, 2), "orders-1": RegionState(5, 2)}
+    p = plan_epoch(4, QUERY, "/ck", states, {"orders-0": 12, "orders-1": 12}, Settings(),
+                   retention=Retention({"orders-0": 0, "orders-1": 0}, False, frozenset({"orders-0"})))
+    assert [(r.region, r.start, r.end) for r in p.regions] == [("orders-0", 0, 12), ("orders-1", 5, 12)]
+    assert p.lost == {"orders-0": (5, 0)}
+
+
+def test_a_regions_topic_id_is_the_one_in_force_when_its_offset_last_moved():
+    from regional.inputs.kafka import _ids_at
+
+    history = [(0, {"a": "id1"}), (3, {"a": "id1", "b": "idb"}), (7, {"a": "id2", "b": "idb"})]
+    assert [_ids_at(history, e, "a") for e in (None, 0, 2, 3, 6, 7, 9)] == ["id1"] * 5 + ["id2"] * 2
+    assert [_ids_at(history, e, "b") for e in (None, 2, 3, 8)] == ["idb", None, "idb", "idb"]
+
+
+def test_the_kafka_input_pickles_without_its_store(tmp_path):
+    from regional.store import Store
+
+    source = kafka()
+    source.use_store(Store(tmp_path / "ck"))
+    copy = pickle.loads(pickle.dumps(source))
+    assert copy._store is None and copy._ids_log is None

@@ -79,6 +79,17 @@ class RetainedInput(ABC):
     def starting_offsets(self, available: Mapping[str, int]) -> dict[str, int]:
         """Where each region of ``available`` starts when the query is new (later regions start at their log start)."""
 
+    def replaced(self) -> set[str]:
+        """Regions whose log was replaced since their committed offset was read (a Kafka topic deleted and created
+        again: its topic id changed), as of the last ``available``: their offsets name other records now, so they
+        go on from their log start. An input that fails on data loss raises instead. Default: none."""
+        return set()
+
+    def selects(self, region: str) -> bool:
+        """Whether the query's options still select ``region`` (a region of a topic no longer subscribed is not
+        read any more: a change between restarts, not data loss). Default: every region."""
+        return True
+
     def on_recorded(self, record: EpochRecord) -> None:
         """After an epoch is recorded (e.g. commit the committed offsets to a consumer group). Default: nothing."""
 

@@ -13,7 +13,9 @@ is committed to that consumer group, so Kafka's lag tools show regional progress
 
 Region id ``<topic>-<partition>``. A region's offset is the Kafka offset: not contiguous
 (transaction markers, compaction), so a committed offset is "the next Kafka offset to read".
-Partitions that appear later join at the next epoch from their earliest offset.
+Partitions that appear later join at the next epoch from their earliest offset. A topic deleted and created
+again is seen by its topic id (kept per epoch in the store, ``sources/kafka``) and follows ``failOnDataLoss``;
+a partition the options no longer select (the subscription changed) is no longer read (``selects``).
 """
 
 from __future__ import annotations
@@ -25,15 +27,19 @@ import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from regional.errors import RegionalConfigError, RegionalError
-from regional.inputs.base import BATCH_ROWS, RegionInput, RetainedInput
+from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalError, RegionalStoreError
+from regional.inputs.base import BATCH_ROWS, RegionInput, RetainedInput, StoredInput
 from regional.protocol.settings import parse_bool, parse_int
 from regional.store.model import EpochRecord
+
+if TYPE_CHECKING:
+    from regional.store import Store
+    from regional.store.source_log import SourceLog
 
 log = logging.getLogger("regional.kafka")
 # librdkafka's own log lines (reconnects, retries): quiet unless a user turns this logger up. Failures that
@@ -81,7 +87,7 @@ def region_of(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
-class KafkaInput(RegionInput[PartitionSplit], RetainedInput):
+class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput):
     schema_ddl: str
     schema: pa.Schema
 
@@ -140,12 +146,19 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput):
         self._admin: Any = None
         self._splits: dict[str, PartitionSplit] = {}
         self._log_starts: dict[str, int] = {}
+        self._store: Store | None = None
+        self._ids_log: SourceLog | None = None
+        self._id_history: list[tuple[int, dict[str, str]]] | None = None  # (from epoch, topic -> id), oldest first
+        self._replaced: set[str] = set()
         self._check_client_conf()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_admin"] = None  # clients stay where they were made
+        state.update(_admin=None, _store=None, _ids_log=None, _id_history=None)  # tasks read, never plan
         return state
+
+    def use_store(self, store: Store) -> None:
+        self._store, self._ids_log, self._id_history = store, store.source_log("kafka"), None
 
     # -- the driver --------------------------------------------------------------------------------
 
@@ -262,10 +275,95 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput):
             if missing:
                 raise RegionalConfigError(f"source=kafka: assign names partitions that do not exist: "
                                           f"{', '.join(missing[:10])}")
+        self._replaced = self._check_topic_ids(epoch, splits)
         log_starts = self._offsets(splits, latest=False)
         ends = self._offsets({r: s for r, s in splits.items() if r in log_starts}, latest=True)
         self._log_starts = {r: o for r, o in log_starts.items() if r in ends}
         return ends
+
+    def replaced(self) -> set[str]:
+        return set(self._replaced)
+
+    def selects(self, region: str) -> bool:
+        topic, _, partition = region.rpartition("-")
+        if self.subscribe is not None:
+            return topic in self.subscribe
+        if self.pattern is not None:
+            return self.pattern.fullmatch(topic) is not None
+        assert self.assign is not None
+        return partition.isdigit() and int(partition) in self.assign.get(topic, [])
+
+    # -- topic ids: a topic deleted and created again -------------------------------------------------------
+
+    def _check_topic_ids(self, epoch: int, splits: Mapping[str, PartitionSplit]) -> set[str]:
+        """Regions whose topic was created again since their committed offset was read (its topic id changed).
+        The ids in force from each epoch on are kept in the store (``sources/kafka``), written before the plan
+        that uses them is logged; a region's offset belongs to the ids of the epoch that last moved it, so a
+        region that falls back after a re-creation is seen again at the next plan, and one that committed in
+        the new topic is not. failOnDataLoss=true fails the query naming the topic."""
+        if self._store is None or self._ids_log is None:
+            return set()
+        now = self._topic_ids(sorted({s.topic for s in splits.values()}))
+        history = self._history()
+        replaced: dict[str, tuple[str, str]] = {}  # region -> (old id, new id)
+        for region, state in self._store.region_states().items():
+            split = splits.get(region)
+            if split is None or split.topic not in now:
+                continue
+            then = _ids_at(history, state.last_epoch, split.topic)
+            if then is not None and then != now[split.topic]:
+                replaced[region] = (then, now[split.topic])
+        if replaced and self.fail_on_data_loss:
+            topics = sorted({(splits[r].topic, old, new) for r, (old, new) in replaced.items()})
+            raise RegionalDataLossError(
+                "source=kafka: " + "; ".join(f"topic {t!r} was deleted and created again (topic id {old} when its "
+                                              f"offsets were read, {new} now)" for t, old, new in topics[:5])
+                + ": the committed offsets name records of the old topic. With failOnDataLoss=true (the default) "
+                "the query stops. Set failOnDataLoss=false to read the new topic from its start (the loss is "
+                "recorded in the epoch record), or start the query on a new checkpointLocation")
+        latest = dict(history[-1][1]) if history else {}
+        if any(latest.get(t) != i for t, i in now.items()):
+            latest.update(now)
+            entry = (epoch, latest)
+            if self._ids_log.seq < 0 or self._ids_log.wants_snapshot():
+                self._ids_log.write_snapshot({"history": [[e, ids] for e, ids in [*history, entry]]})
+            else:
+                self._ids_log.append([epoch, latest])
+            history.append(entry)
+        return set(replaced)
+
+    def _history(self) -> list[tuple[int, dict[str, str]]]:
+        if self._id_history is None:
+            assert self._ids_log is not None
+            loaded = self._ids_log.load()
+            history: list[tuple[int, dict[str, str]]] = []
+            if loaded is not None:
+                snapshot, deltas = loaded
+                try:
+                    history = [(int(e), {str(t): str(i) for t, i in ids.items()})
+                               for e, ids in [*snapshot["history"], *deltas]]
+                except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                    raise RegionalStoreError(
+                        f"the regional store's topic ids {self._ids_log.directory} are unreadable "
+                        f"({type(exc).__name__}: {exc}): restore them, or start the query on a new "
+                        "checkpointLocation") from None
+            self._id_history = history
+        return self._id_history
+
+    def _topic_ids(self, topics: list[str]) -> dict[str, str]:
+        """Each topic's id (a topic created again gets a new one); topics that vanished meanwhile are left out."""
+        from confluent_kafka import TopicCollection
+
+        if not topics:
+            return {}
+        futures = self.admin().describe_topics(TopicCollection(topics), request_timeout=self.metadata_timeout_s)
+        ids = {}
+        for topic, future in futures.items():
+            try:
+                ids[topic] = str(future.result().topic_id)
+            except Exception as exc:  # deleted since the listing: the plan's gone-region check decides
+                log.debug("regional: no topic id for %r: %s", topic, exc)
+        return ids
 
     def log_starts(self) -> dict[str, int]:
         """Each partition's log-start offset as of the last ``available``: older records are gone (retention)."""
@@ -435,6 +533,19 @@ class _Rows:
 def _constant(value: Any, type_: pa.DataType, n: int) -> pa.Array:
     """``n`` copies of one value, built in Arrow rather than from a Python list."""
     return pc.fill_null(pa.nulls(n, type_), pa.scalar(value, type_))
+
+
+def _ids_at(history: list[tuple[int, dict[str, str]]], epoch: int | None, topic: str) -> str | None:
+    """The id ``topic`` had for offsets read in ``epoch`` (None: before any epoch moved them, so the first id known)."""
+    found = None
+    for since, ids in history:
+        if epoch is not None and since > epoch:
+            break
+        if topic in ids:
+            found = ids[topic]
+            if epoch is None:
+                break
+    return found
 
 
 def _parse_assign(text: str) -> dict[str, list[int]]:

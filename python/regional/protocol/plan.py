@@ -118,6 +118,7 @@ class Retention:
 
     log_starts: Mapping[str, int]
     fail_on_data_loss: bool = True
+    replaced: frozenset[str] = frozenset()  # regions whose log was replaced (a topic re-created): from its start
 
 
 @cyclic_gc_paused
@@ -159,7 +160,10 @@ def plan_epoch(
         end = available.get(region, start)
         if retention is not None and region in log_starts:
             log_start = log_starts[region]
-            if end < start or start < log_start:
+            if region in retention.replaced and state is not None:
+                lost[region] = (start, log_start)  # the old log's offsets from ``start`` on are gone with it
+                start = log_start
+            elif end < start or start < log_start:
                 skip = check_data_loss(region, start, end, log_start, retention.fail_on_data_loss)
                 lost[region] = (start, skip)
                 start = skip

@@ -24,7 +24,7 @@ from regional.inputs.base import RetainedInput, StoredInput
 from regional.protocol.plan import INITIAL_EPOCH, EpochPlan, RegionRange, Retention, initial_offset, plan_epoch
 from regional.protocol.settings import Settings, parse_optional_int, resolve_settings
 from regional.spark.task_files import TIMED_BATCH_ROWS, ReadReceipt, SinkWatch, TaskFiles, TaskKey
-from regional.store import EpochRecord, RegionState, Store
+from regional.store import EpochRecord, RegionState, Standing, Store
 
 log = logging.getLogger("regional")
 
@@ -151,8 +151,10 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for region, (gone_from, go_on) in sorted(plan.lost.items()):
             if (region, gone_from) not in self.warned_lost:
                 self.warned_lost.add((region, gone_from))
-                log.warning("regional: region %r: offsets [%d, %d) are gone from the source; failOnDataLoss=false, "
-                            "so it goes on from %d (recorded in the epoch record)", region, gone_from, go_on, go_on)
+                log.warning("regional: region %r: offsets %s are gone from the source; failOnDataLoss=false, so it "
+                            "goes on from %d (recorded in the epoch record)", region,
+                            f"[{gone_from}, {go_on})" if go_on > gone_from else f"from {gone_from} (its log was "
+                            "replaced)", go_on)
         if record is not None and record.fallen_back and plan.regions:
             log.warning("regional: epoch %d retries %d fallen-back region(s): %s", epoch, len(record.fallen_back),
                         ", ".join(sorted(record.fallen_back)[:5]))
@@ -179,6 +181,20 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first = self.store.starting_offsets(lambda: source.starting_offsets(available))
         log_starts = source.log_starts()
         gone = sorted(set(states) - set(log_starts))
+        unselected = [r for r in gone if not source.selects(r)]  # the subscription changed between restarts
+        pending = [r for r in unselected if states[r].state is not Standing.OK]
+        if pending and source.fail_on_data_loss:
+            raise RegionalConfigError(
+                f"region(s) {', '.join(repr(r) for r in pending[:10])} are no longer selected by this query's "
+                "options (the subscription changed) but have records not yet published (they fell back or are "
+                "quarantined; see regional.status). Select them again until they are published, or set "
+                "failOnDataLoss=false to drop them")
+        gone = [r for r in gone if r not in unselected or r in pending]
+        for region in unselected:
+            if region not in pending and (region, -2) not in self.warned_lost:
+                self.warned_lost.add((region, -2))
+                log.info("regional: region %r is no longer selected by the query's options; it is not read any more "
+                         "(everything read from it was published)", region)
         if gone and source.fail_on_data_loss:
             raise RegionalDataLossError(
                 f"region(s) {', '.join(gone[:10])} are gone from the source (topic or partition deleted) with "
@@ -189,7 +205,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self.warned_lost.add((region, -1))
                 log.warning("regional: region %r is gone from the source (topic or partition deleted); "
                             "failOnDataLoss=false, so the query goes on without it", region)
-        return first, Retention(log_starts, source.fail_on_data_loss)
+        return first, Retention(log_starts, source.fail_on_data_loss, frozenset(source.replaced()))
 
     def _limits(self, limit: ReadLimit) -> tuple[int | None, int | None]:
         """Spark's read limit: ReadAllAvailable ignores the options' limits, as pyspark documents."""
