@@ -8,7 +8,7 @@ import time
 
 import regional
 from integration.helpers import assert_exactly_once, run_epochs, table_rows
-from integration.test_kafka_source import FLAKY, expected, kafka_stream, new_topic, produce, start
+from integration.test_kafka_source import FLAKY, expected, failure_of, kafka_stream, new_topic, produce, start
 
 
 def next_epoch(ck) -> int:
@@ -36,28 +36,25 @@ def recreate(broker, topic: str, partitions: int) -> None:
             time.sleep(0.5)
 
 
-def test_a_topic_created_again_with_more_records_fails_the_query_or_is_read_from_its_start(spark, kafka, tmp_path):
-    """The old topic's 5 records per partition are published; the topic is deleted and created again with 12:
-    the restart's committed offsets (5) would skip the new topic's first 5 records. failOnDataLoss=true (the
-    default) fails naming the topic; failOnDataLoss=false reads the new topic from offset 0, every record once."""
+def published_then_created_again(spark, kafka, tmp_path, before: int, after: int):
+    """A 2-partition topic with ``before`` records per partition, all published; then deleted and created again
+    with ``after`` (other) records per partition. Returns the topic, table, checkpoint and both topics' records."""
     topic = new_topic(kafka, 2)
-    produce(kafka, topic, 2, 5, "old")
+    produce(kafka, topic, 2, before, "old")
     out, ck = tmp_path / "out", tmp_path / "ck"
     old = expected(kafka, topic)
     run_all(start(kafka_stream(spark, kafka, ck, topic), out, ck))
     recreate(kafka, topic, 2)
-    produce(kafka, topic, 2, 12, "new")
-    new = expected(kafka, topic)
-    query = start(kafka_stream(spark, kafka, ck, topic), out, ck)
-    try:
-        query.processAllAvailable()
-        raise AssertionError("the restart after the topic was created again did not fail")
-    except AssertionError:
-        raise
-    except Exception as exc:
-        message = str(exc)
-    finally:
-        query.stop()
+    produce(kafka, topic, 2, after, "new")
+    return topic, out, ck, old, expected(kafka, topic)
+
+
+def test_a_topic_created_again_with_more_records_fails_the_query_or_is_read_from_its_start(spark, kafka, tmp_path):
+    """The old topic's 5 records per partition are published; the topic is deleted and created again with 12:
+    the restart's committed offsets (5) would skip the new topic's first 5 records. failOnDataLoss=true (the
+    default) fails naming the topic; failOnDataLoss=false reads the new topic from offset 0, every record once."""
+    topic, out, ck, old, new = published_then_created_again(spark, kafka, tmp_path, 5, 12)
+    message = failure_of(start(kafka_stream(spark, kafka, ck, topic), out, ck))
     assert f"topic {topic!r} was deleted and created again (topic id" in message, message[-2000:]
     assert "failOnDataLoss=false" in message
     assert sorted(table_rows(out)) == sorted((r, o, v) for r, recs in old.items() for o, v in recs)
@@ -72,14 +69,7 @@ def test_a_topic_created_again_with_more_records_fails_the_query_or_is_read_from
 def test_a_topic_created_again_while_its_region_falls_back_is_read_from_its_start_once(spark, kafka, tmp_path):
     """failOnDataLoss=false, and the re-created topic's partition 0 fails in the first epoch after: it is reset
     again at the next plan (its offset still belongs to the old topic), then read once."""
-    topic = new_topic(kafka, 2)
-    produce(kafka, topic, 2, 3, "old")
-    out, ck = tmp_path / "out", tmp_path / "ck"
-    old = expected(kafka, topic)
-    run_all(start(kafka_stream(spark, kafka, ck, topic), out, ck))
-    recreate(kafka, topic, 2)
-    produce(kafka, topic, 2, 8, "new")
-    new = expected(kafka, topic)
+    topic, out, ck, old, new = published_then_created_again(spark, kafka, tmp_path, 3, 8)
     sick, following = f"{topic}-0", next_epoch(ck)
     run_all(start(kafka_stream(spark, kafka, ck, topic, failOnDataLoss="false"), out, ck, target=FLAKY,
                   failRegion=sick, failEpochs=str(following)))
@@ -109,14 +99,5 @@ def test_a_subscription_that_drops_a_topic_is_allowed_when_it_was_all_published_
     run_epochs(start(kafka_stream(spark, kafka, ck, f"{second},{third}"), out, ck, target=FLAKY,
                      failRegion=f"{second}-0", failEpochs=str(next_epoch(ck))), ck, len(regional.status(ck).epochs) + 1)
     assert regional.status(ck).regions[f"{second}-0"].ref_epoch is not None  # fallen back: records unpublished
-    query = start(kafka_stream(spark, kafka, ck, third), out, ck)
-    try:
-        query.processAllAvailable()
-        raise AssertionError("dropping a topic with records not yet published did not fail")
-    except AssertionError:
-        raise
-    except Exception as exc:
-        message = str(exc)
-    finally:
-        query.stop()
+    message = failure_of(start(kafka_stream(spark, kafka, ck, third), out, ck))
     assert f"region(s) '{second}-0' are no longer selected by this query's options" in message, message[-2000:]

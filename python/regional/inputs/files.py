@@ -335,16 +335,8 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
 
     def _scan(self, region: str, known: RegionFiles, committed: Callable[[str], int]) -> RegionChange | None:
         directory = self.root / region
-        listing: dict[str, os.stat_result] = {}
         try:
-            with os.scandir(directory) as entries:
-                for e in entries:
-                    if _hidden(e.name) or not e.is_file():
-                        continue
-                    try:
-                        listing[e.name] = e.stat()
-                    except FileNotFoundError:
-                        continue  # renamed or deleted while listed
+            listing = _visible_files(directory)
         except (FileNotFoundError, NotADirectoryError):
             return None
         change = RegionChange(known.end, known.next_seq)
@@ -569,19 +561,26 @@ def _locate(directory: Path, span: FileSpan) -> FileSpan | None:
     if st is not None and (st.st_ino, st.st_size) == (span.inode, span.size):
         return span
     try:
-        with os.scandir(directory) as entries:
-            for e in entries:
-                if _hidden(e.name) or not e.is_file():
-                    continue
-                try:
-                    other = e.stat()
-                except FileNotFoundError:
-                    continue
-                if (other.st_ino, other.st_size) == (span.inode, span.size):
-                    return replace(span, name=e.name)
+        for name, other in _visible_files(directory).items():
+            if (other.st_ino, other.st_size) == (span.inode, span.size):
+                return replace(span, name=name)
     except FileNotFoundError:
         pass
     return span if st is not None and st.st_size == span.size else None
+
+
+def _visible_files(directory: Path) -> dict[str, os.stat_result]:
+    """The visible files of ``directory`` and their stats; a file renamed or deleted while listed is left out."""
+    found = {}
+    with os.scandir(directory) as entries:
+        for e in entries:
+            if _hidden(e.name) or not e.is_file():
+                continue
+            try:
+                found[e.name] = e.stat()
+            except FileNotFoundError:
+                continue
+    return found
 
 
 def _read_span(directory: Path, region: str, span: FileSpan) -> bytes:
