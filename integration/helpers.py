@@ -195,3 +195,24 @@ def error_of(start) -> str:
     except Exception as exc:
         return str(exc)
     return run_until_error(query)
+
+
+def task_files_left(spark: SparkSession, query_id: str) -> list[str]:
+    """The task files a query's tasks left where its Python workers keep them (their SPARK_LOCAL_DIRS, a block
+    manager directory in local mode, not the driver's temporary directory)."""
+    import os
+    import tempfile
+
+    from regional.ids import encode_region
+
+    def local_dirs(_: object) -> str:
+        return os.environ.get("SPARK_LOCAL_DIRS", "") or tempfile.gettempdir()
+
+    roots = {d for ds in spark.sparkContext.parallelize([0], 1).map(local_dirs).collect() for d in ds.split(",") if d}
+    assert roots, "no SPARK_LOCAL_DIRS seen from a Python worker"
+    left = []
+    for root in roots:
+        directory = Path(root) / "regional-tasks" / encode_region(query_id)
+        left += [str(p.relative_to(directory)) for p in directory.rglob("*")] if directory.exists() else []
+    return left
+

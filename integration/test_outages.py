@@ -4,15 +4,19 @@ healthy record may be dead-lettered, the real poison record is, and everything e
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 import regional
-from integration.helpers import add_epoch_of_files, assert_exactly_once, regional_stream, wait_for_epochs
-from regional.ids import encode_region
+from integration.helpers import (
+    add_epoch_of_files,
+    assert_exactly_once,
+    regional_stream,
+    task_files_left,
+    wait_for_epochs,
+)
 
 REGIONS = ["a", "b", "c"]
 
@@ -62,5 +66,4 @@ def test_an_outage_of_every_region_dead_letters_nothing_healthy(spark, dirs, tmp
     history = str([h for h in DeltaTable(str(out)).history() if "regional" in h])
     assert "fallen_back" in history and "service is down" not in history and inputs["a"][7] not in history
     # The task files of every attempt, failed ones included, are gone with their epochs.
-    task_dir = Path(tempfile.gettempdir()) / "regional-tasks" / encode_region(str(query.id))
-    assert not [p for p in task_dir.rglob("*") if p.is_file()] if task_dir.exists() else True
+    assert task_files_left(spark, str(query.id)) == []

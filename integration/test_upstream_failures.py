@@ -16,6 +16,7 @@ from integration.helpers import (
     assert_exactly_once_in_order,
     expected_rows,
     regional_stream,
+    task_files_left,
     wait_for_epochs,
 )
 
@@ -178,3 +179,29 @@ def test_a_quarantined_region_prints_regional_lines_not_stack_traces(tmp_path):
     assert "region 'c' quarantined at attempt 2" in output
     for noise in ("Traceback", "\tat ", "Exception", "Aborting task"):
         assert noise not in output, f"{noise!r} printed:\n{output[-3000:]}"
+
+
+def test_task_files_of_failed_attempts_and_older_epochs_are_removed(spark, dirs):
+    """Region a's first attempt fails in every epoch (a UDF that raises on attempt 0); its retry publishes. The
+    read receipts each attempt leaves in SPARK_LOCAL_DIRS, and each epoch's directory, are gone at the end."""
+    inp, out, ck = dirs
+    inputs = add_epoch_of_files(inp, ["a", "b"], "001", 9)
+
+    @F.udf("string")
+    def first_attempt_fails(region: str, value: str) -> str:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if region == "a" and context is not None and context.attemptNumber() == 0:
+            raise ConnectionError("first attempt fails")
+        return value.upper()
+
+    df = regional_stream(spark, inp, ck, maxRecordsPerRegion="3")
+    query = start(df.select("region", "offset", first_attempt_fails("region", "value").alias("value")), out, ck)
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert_exactly_once_in_order(out, expected_rows(inputs))
+    assert len(regional.status(ck).epochs) >= 3
+    assert task_files_left(spark, str(query.id)) == []
