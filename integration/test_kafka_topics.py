@@ -94,10 +94,15 @@ def test_a_subscription_that_drops_a_topic_is_allowed_when_it_was_all_published_
     published = expected(kafka, second) | expected(kafka, third)
     published[f"{first}-0"] = expected(kafka, first)[f"{first}-0"][:4]  # what was read of it before it was dropped
     assert_exactly_once(out, published, spark)
-    # second's region falls back (its target fails), then the subscription drops it: refused, naming it
+    # second's region falls back (its target is down), then the subscription drops it: refused, naming it. The
+    # target stays down in the second run: a plan logged before the stop re-runs first (it reads the dropped
+    # partition as planned) and falls back again.
     produce(kafka, second, 1, 3, "two-more")
-    run_epochs(start(kafka_stream(spark, kafka, ck, f"{second},{third}"), out, ck, target=FLAKY,
-                     failRegion=f"{second}-0", failEpochs=str(next_epoch(ck))), ck, len(regional.status(ck).epochs) + 1)
+    down = tmp_path / "second-down"
+    down.touch()
+    sick = {"target": FLAKY, "failRegion": f"{second}-0", "failWhileExists": str(down)}
+    run_epochs(start(kafka_stream(spark, kafka, ck, f"{second},{third}"), out, ck, **sick), ck,
+               len(regional.status(ck).epochs) + 1)
     assert regional.status(ck).regions[f"{second}-0"].ref_epoch is not None  # fallen back: records unpublished
-    message = failure_of(start(kafka_stream(spark, kafka, ck, third), out, ck))
+    message = failure_of(start(kafka_stream(spark, kafka, ck, third), out, ck, **sick))
     assert f"region(s) '{second}-0' are no longer selected by this query's options" in message, message[-2000:]

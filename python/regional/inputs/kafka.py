@@ -402,10 +402,23 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput):
     def split(self, region: str, start: int, end: int) -> PartitionSplit:
         split = self._splits.get(region)
         if split is None:  # a restarted driver re-runs its last planned epoch before it lists the partitions
-            split = self.partitions().get(region)
+            split = self.partitions().get(region) or self._existing_partition(region)
         if split is None:
-            raise KafkaError(f"source=kafka: region {region!r} is not a partition this query reads now (was its "
-                             "topic deleted, or the subscription changed?)")
+            raise KafkaError(f"source=kafka: region {region!r} of a planned epoch is not a partition on the brokers "
+                             "now (was its topic deleted?); its records of that epoch cannot be read")
+        return split
+
+    def _existing_partition(self, region: str) -> PartitionSplit | None:
+        """A partition the options no longer select (the subscription changed between restarts) that a plan
+        logged before the change still reads: that epoch is re-run as planned; the next plan decides on it."""
+        topic, _, partition = region.rpartition("-")
+        if not partition.isdigit():
+            return None
+        metadata = self.admin().list_topics(timeout=self.metadata_timeout_s)  # all topics: never auto-creates one
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or int(partition) not in found.partitions:
+            return None
+        split = self._splits[region] = PartitionSplit(topic, int(partition))
         return split
 
     def on_recorded(self, record: EpochRecord) -> None:
