@@ -298,8 +298,12 @@ def test_a_restarted_driver_finds_the_partitions_of_the_epoch_it_re_runs(kafka):
     source = create({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic})
     split = source.split(region_of(topic, 1), 0, 10)
     assert (split.topic, split.partition) == (topic, 1)
-    with pytest.raises(Exception, match="is not a partition this query reads now"):
+    with pytest.raises(Exception, match="of a planned epoch is not a partition on the brokers now"):
         source.split(region_of(topic, 7), 0, 10)
+    # a plan logged before the subscription changed still reads a partition the options no longer select
+    dropped = new_topic(kafka, 1)
+    split = source.split(region_of(dropped, 0), 0, 10)
+    assert (split.topic, split.partition) == (dropped, 0) and not source.selects(region_of(dropped, 0))
 
 
 def test_a_task_asks_librdkafka_for_no_more_records_than_its_range_holds(kafka, monkeypatch):
