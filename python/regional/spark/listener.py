@@ -2,13 +2,15 @@
 
 - At query start (``onQueryStarted`` runs synchronously inside ``start()``, before the source
   plans epoch 0), it records writeStream's regional settings in the store, so that the driver
-  resolves one set of settings from both sides. (Staged output an earlier run left is swept by the sink,
-  ``coordinator.ready_target``, before epoch 0's tasks.)
+  resolves one set of settings from both sides; only when the JVM shim is not loaded, since the shim's
+  listener does it where the query runs (the only way over Spark Connect). (Staged output an earlier run
+  left is swept by the sink, ``coordinator.ready_target``, before epoch 0's tasks.)
 - Per epoch, it logs one line (and one per dead letter) and keeps FLIP-600's two metrics; it ends a
   bounded query once everything is published.
 
-It runs in the driver's Python process (py4j callback threads). It learns a query's store from the
-plan in the progress event's end offset.
+It runs in the driver's Python process (py4j callback threads); over Spark Connect, pyspark 4.2 runs it in
+the client's process, which must then reach the checkpoint for the per-epoch line and the bounded stop. It
+learns a query's store from the plan in the progress event's end offset.
 """
 
 from __future__ import annotations
@@ -37,14 +39,15 @@ log = logging.getLogger("regional")
 
 
 class RegionalListener(StreamingQueryListener):
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: SparkSession, record_settings: bool = True) -> None:
         self.session = spark  # not ``spark``: StreamingQueryListener has a property of that name
+        self.record_settings = record_settings  # False when the JVM shim's listener records them
         self.metrics: dict[str, Progress] = {}  # per query id, as of the last epoch this listener heard of
         self._plan_checked: set[str] = set()  # runs whose plan check was reported
         self.closed = False  # set at interpreter exit: the py4j bridge is going away
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
-        if self.closed:
+        if self.closed or not self.record_settings:
             return
         # Never fail Spark's listener bus: without the record, the source refuses to plan with a clear error.
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import re
@@ -13,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from regional.errors import RegionalConfigError
+from regional.errors import RegionalConfigError, RegionalError
 from regional.protocol.settings import CONF_PREFIX, Settings, resolve_settings
 from regional.spark import shim
 from regional.store import Store
@@ -38,16 +39,19 @@ _shims: dict[int, shim.ShimState] = {}
 def register(spark: SparkSession) -> None:
     """Register the ``regional`` data source with this session's ``spark.regional.*`` defaults.
 
-    Calling it again is harmless, and picks up conf changed since.
+    Works on a classic session and over Spark Connect (no py4j: the JVM shim must then be on the server, see
+    README's "Spark Connect"). Calling it again is harmless, and picks up conf changed since.
     """
     from regional.spark.datasource import RegionalDataSource
 
     conf = {k: v for k, v in spark.conf.getAll.items() if k.lower().startswith(CONF_PREFIX)}
     policy = resolve_settings(conf, {}, {})  # bad conf fails here, not in a task
 
-    _check_python(spark)
+    connect = is_connect(spark)
+    if not connect:
+        _check_python(spark)
     _check_task_retries(spark, policy)
-    state = shim.install(spark)
+    state = shim.connect_state(spark) if connect else shim.install(spark)
     _shims[id(spark)] = state
     if state.off:
         pure = "" if state.loaded else " Until then regional runs in pure Python: give readStream the same " \
@@ -58,14 +62,21 @@ def register(spark: SparkSession) -> None:
     if id(spark) not in _listeners:
         from regional.spark.listener import RegionalListener
 
-        _listeners[id(spark)] = RegionalListener(spark)
+        # With the shim, its JVM listener records writeStream's settings at query start; this one then only
+        # logs and ends bounded queries (over Spark Connect, pyspark 4.2 runs it in the client's process).
+        _listeners[id(spark)] = RegionalListener(spark, record_settings=not state.loaded)
         spark.streams.addListener(_listeners[id(spark)])
         atexit.register(_detach, spark)
 
 
+def is_connect(spark: SparkSession | StreamingQuery) -> bool:
+    """Whether ``spark`` (a session, or a query) is Spark Connect's client side (no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 def _detach(spark: SparkSession) -> None:
-    """At interpreter exit: a script that ends without ``spark.stop()`` leaves its queries running while
-    Python's py4j callback server goes away, and every later listener callback from the JVM would fail
+    """At interpreter exit (classic sessions): a script that ends without ``spark.stop()`` leaves its queries
+    running while Python's py4j callback server goes away, and every later listener callback from the JVM would fail
     with a stack trace. Stop listening, stop this session's queries, and let Spark's listener bus deliver
     what it already holds while Python can still answer (the bus may hand an event to a listener it is
     removing)."""
@@ -73,6 +84,13 @@ def _detach(spark: SparkSession) -> None:
     if listener is None:
         return
     listener.closed = True
+    if is_connect(spark):
+        # Over Spark Connect the listener is the client's and the queries are the server's: they run on
+        # without this process (until the server ends the session), as Connect's own queries do.
+        if not getattr(spark, "is_stopped", False):  # a Connect session's property
+            with contextlib.suppress(Exception):  # the server is already gone
+                spark.streams.removeListener(listener)
+        return
     try:
         spark.streams.removeListener(listener)
         for query in spark.streams.active:
@@ -92,14 +110,40 @@ def listener_for(spark: SparkSession) -> RegionalListener | None:
     return _listeners.get(id(spark))
 
 
-def stop(query: StreamingQuery, timeout: float = 60.0) -> bool:
+def checkpoint_of(query: StreamingQuery, timeout: float = 60.0) -> str:
+    """The store location of a running regional query. A classic session asks the JVM; over Spark Connect the
+    client has no JVM, and the location comes from the plan in the query's progress (the source's end offset),
+    waiting up to ``timeout`` seconds for the first epoch."""
+    from regional.protocol.plan import EpochPlan
+
+    if not is_connect(query):
+        return str(query._jsq.streamingQuery().resolvedCheckpointRoot())  # internal API (Spark 4.2)
+    deadline = time.monotonic() + timeout
+    while True:
+        for update in reversed(query.recentProgress):
+            sources = update.sources
+            if len(sources) == 1 and sources[0].endOffset:
+                try:
+                    return EpochPlan.parse(sources[0].endOffset, "the query's progress").store
+                except RegionalError:  # not a regional plan
+                    pass
+        if not query.isActive or time.monotonic() > deadline:
+            raise RegionalConfigError(
+                f"query {query.name or query.id} has reported no regional epoch, so its checkpoint is unknown to "
+                "this Spark Connect client: pass checkpoint=<the writeStream checkpointLocation>")
+        time.sleep(0.2)
+
+
+def stop(query: StreamingQuery, timeout: float = 60.0, checkpoint: str | None = None) -> bool:
     """Stop ``query`` gracefully: ask for a final global epoch, wait for it, then stop.
 
     Returns True when every region was current at the stop, so that the next start
     replays nothing. If that takes longer than ``timeout`` seconds, says so, stops
     anyway and returns False: the next start then reads only what was not published.
+    Over Spark Connect, this process must reach the checkpoint (it writes the request there);
+    ``checkpoint`` names it when the query has not reported an epoch yet.
     """
-    store = Store(query._jsq.streamingQuery().resolvedCheckpointRoot())  # internal API (Spark 4.2)
+    store = Store(checkpoint or checkpoint_of(query, timeout))
     latest = store.latest_record()
     asked_after = latest.epoch if latest else -1
     store.request_final_epoch(asked_after)
@@ -168,7 +212,8 @@ def retries_warning(master: str, max_failures_conf: str | None, policy: Settings
 
 
 def _check_task_retries(spark: SparkSession, policy: Settings) -> None:
-    warning = retries_warning(spark.sparkContext.master or "", spark.conf.get("spark.task.maxFailures", None), policy)
+    master = spark.conf.get("spark.master", "") if is_connect(spark) else spark.sparkContext.master
+    warning = retries_warning(master or "", spark.conf.get("spark.task.maxFailures", None), policy)
     if warning:
         log.warning(warning)
 
@@ -179,27 +224,34 @@ JARS_CACHE = Path(os.environ.get("REGIONAL_CACHE", Path.home() / ".cache" / "reg
 
 def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
     """``builder`` with everything regional needs, like delta's ``configure_spark_with_delta_pip``:
-    the JVM shim jar and its extension next to any others, Delta Lake (jars resolved once and cached,
-    so sessions start without Ivy's resolution log), quiet logging unless the builder sets its own,
-    and this interpreter for Python workers."""
+    ``regional_conf`` merged into what the builder sets, and this interpreter for Python workers."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    options: dict[str, str] = getattr(builder, "_options", {})
+    for key, value in regional_conf(getattr(builder, "_options", {})).items():
+        builder = builder.config(key, value)
+    return builder
+
+
+def regional_conf(given: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The conf regional needs in a session, or in a Spark Connect server, merged into ``given``: the JVM shim
+    jar and its extension next to any others, Delta Lake (jars resolved once and cached, so sessions start
+    without Ivy's resolution log), and quiet logging unless ``given`` sets its own."""
+    options = dict(given or {})
     shim_conf = shim.session_conf()
 
     def joined(key: str, *values: str, sep: str = ",") -> str:
-        given = [v for v in (options.get(key) or "").split(sep) if v]
-        return sep.join(given + [v for v in values if v and v not in given])
+        present = [v for v in (options.get(key) or "").split(sep) if v]
+        return sep.join(present + [v for v in values if v and v not in present])
 
-    builder = builder.config("spark.sql.extensions", joined(
-        "spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension", shim_conf.get("spark.sql.extensions", "")))
-    builder = builder.config("spark.jars", joined("spark.jars", shim_conf.get("spark.jars", ""), *delta_jars()))
+    out = {"spark.sql.extensions": joined("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension",
+                                          shim_conf.get("spark.sql.extensions", "")),
+           "spark.jars": joined("spark.jars", shim_conf.get("spark.jars", ""), *delta_jars())}
     if "spark.sql.catalog.spark_catalog" not in options:
-        builder = builder.config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        out["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
     if "log4j2.configurationFile" not in options.get("spark.driver.extraJavaOptions", ""):
-        builder = builder.config("spark.driver.extraJavaOptions", joined(
-            "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}", sep=" "))
-    return builder
+        out["spark.driver.extraJavaOptions"] = joined(
+            "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}", sep=" ")
+    return out
 
 
 def delta_jars() -> list[str]:
@@ -248,4 +300,4 @@ def progress(query: StreamingQuery) -> Progress:
     gives Python sources and sinks no custom metrics in ``lastProgress``, so they come from the store."""
     from regional.store.status import status
 
-    return status(query._jsq.streamingQuery().resolvedCheckpointRoot(), epochs=1).progress()  # internal API
+    return status(checkpoint_of(query), epochs=1).progress()

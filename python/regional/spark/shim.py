@@ -11,7 +11,12 @@ What it adds, and what is off without it (``register`` says which):
   (a checkpoint file manager, ``spark.sql.streaming.checkpointFileManagerClass``);
 - failure causes of task attempts in the epoch records (a SparkListener);
 - plan checks at query start, and ``checkpointLocation`` given once, on
-  writeStream (``spark.sql.extensions``, which Spark reads only when a session starts).
+  writeStream (``spark.sql.extensions``, which Spark reads only when a session starts);
+- writeStream's regional settings recorded in the store at query start (a JVM listener; it works over Spark
+  Connect, where the client has no py4j).
+
+With the extension configured, the shim installs itself into every session at its first query plan, so a
+Spark Connect server needs only the jar and the extension (``connect_state``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ log = logging.getLogger("regional")
 
 EXTENSION = "io.regional.shim.RegionalExtensions"
 FILE_MANAGER = "io.regional.shim.RegionalCheckpointFileManager"
+FILE_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
 # Spark lines the shim is compiled against; RegionalShim.SupportedSparkLines says the same on the JVM side.
 SUPPORTED_SPARK_LINES = ("4.2",)
 
@@ -72,6 +78,32 @@ def session_conf() -> dict[str, str]:
     if jar is None:
         return {}
     return {"spark.jars": str(jar), "spark.sql.extensions": EXTENSION}
+
+
+def server_command_conf() -> str:
+    """What a Spark Connect server needs for the shim, as spark-submit arguments."""
+    return f"--jars {SHIM_JAR} --conf spark.sql.extensions={EXTENSION} (next to any other extensions)"
+
+
+def connect_state(spark: SparkSession) -> ShimState:
+    """The shim of a Spark Connect server, seen from a client without py4j: its extension must be configured
+    on the server (it installs the shim into every session there); without it regional cannot run over
+    Connect, since only the shim records writeStream's settings where the query runs."""
+    extensions = [e.strip() for e in (spark.conf.get("spark.sql.extensions", "") or "").split(",")]
+    if EXTENSION not in extensions:
+        raise RegionalConfigError(
+            "over Spark Connect regional needs its JVM shim on the server, and this server's spark.sql.extensions "
+            f"lacks {EXTENSION}: start the Connect server with `python -m regional connect-server`, or give its "
+            f"spark-submit {server_command_conf()} (see README, 'Spark Connect')")
+    check_spark_version(spark.version)
+    on = set(FEATURES)
+    advice = None
+    manager = spark.conf.get(FILE_MANAGER_CONF, None)
+    if manager not in (None, FILE_MANAGER):
+        on.discard("keep_alive")
+        advice = (f"spark.sql.streaming.checkpointFileManagerClass is {manager}, so Spark's offset-log purge may "
+                  "delete entries a ref_epoch still needs")
+    return ShimState(True, frozenset(on), advice)
 
 
 def install(spark: SparkSession) -> ShimState:

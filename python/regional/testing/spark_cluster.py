@@ -12,16 +12,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+from regional.spark.connect import spark_home
 from regional.testing.kafka_broker import free_port
 from regional.testing.processes import process_table
 
 START_TIMEOUT_S = 90.0
-
-
-def spark_home() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).parent
 
 
 class StandaloneCluster:

@@ -17,7 +17,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
 class RegionalExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
     extensions.injectResolutionRule(session => new ShareCheckpointLocation(session))
-    extensions.injectCheckRule(session => (plan: LogicalPlan) => StartCheck.check(session, plan))
+    extensions.injectCheckRule(session => (plan: LogicalPlan) => {
+      RegionalShim.install(session)  // a session without py4j (Spark Connect) gets the shim here
+      StartCheck.check(session, plan)
+    })
   }
 }
 

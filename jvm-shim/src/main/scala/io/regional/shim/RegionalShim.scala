@@ -3,7 +3,6 @@ package io.regional.shim
 import java.nio.charset.StandardCharsets
 import java.nio.file.{Files, Paths, StandardCopyOption}
 import java.util.UUID
-import java.util.concurrent.ConcurrentHashMap
 
 import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
@@ -25,7 +24,8 @@ object RegionalShim {
   val StoreDir = "regional"
 
   private val log = LoggerFactory.getLogger("regional")
-  private val sessions = ConcurrentHashMap.newKeySet[SparkSession]()
+  private val sessions = java.util.Collections.newSetFromMap(
+    new java.util.WeakHashMap[SparkSession, java.lang.Boolean]())  // Connect's sessions come and go
   @volatile private var listener: Option[(AnyRef, FailureListener)] = None // (SparkContext, listener)
 
   def supports(sparkVersion: String): Boolean =
@@ -38,11 +38,13 @@ object RegionalShim {
         "regional pins, or drop the shim jar from spark.jars to run regional in pure Python")
   }
 
-  /** Hooks the shim into a running session: the failure listener, and the offset-log keep-alive when no
-    * other checkpoint file manager is configured. Returns the file manager class in effect. */
+  /** Hooks the shim into a session: the failure listener, the recorder of writeStream's settings at query
+    * start, and the offset-log keep-alive when no other checkpoint file manager is configured. Returns the file
+    * manager class in effect. Called by `regional.register` through py4j, and by the extension's check rule for
+    * every session (Spark Connect's sessions have no py4j); once per session. */
   def install(session: SparkSession): String = synchronized {
     checkVersion(org.apache.spark.SPARK_VERSION)
-    sessions.add(session)
+    if (sessions.add(session)) session.streams.addListener(new StartRecorder(session))
     val sc = session.sparkContext
     if (!listener.exists(_._1 eq sc)) {
       val l = new FailureListener()
@@ -59,7 +61,7 @@ object RegionalShim {
   /** The resolved checkpoint root of a running query of an installed session. */
   def checkpointRoot(queryId: String): Option[String] = {
     val id = try UUID.fromString(queryId) catch { case _: IllegalArgumentException => return None }
-    sessions.asScala.iterator.flatMap { s =>
+    synchronized(sessions.asScala.toList).iterator.flatMap { s =>
       try {
         Option(s.streams.get(id)).map { wrapper =>
           // StreamingQueryWrapper.streamingQuery.resolvedCheckpointRoot: internal, hence reflection
@@ -115,6 +117,8 @@ object RegionalShim {
     case b: Boolean => b.toString
     case n: Int => n.toString
     case n: Long => n.toString
+    case d: Double => d.toString
+    case m: Map[_, _] => m.toSeq.map { case (k, x) => s"${quote(k.toString)}: ${value(x)}" }.mkString("{", ", ", "}")
     case s => quote(s.toString)
   }
 

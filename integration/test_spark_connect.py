@@ -1,0 +1,121 @@
+"""regional over Spark Connect: a real Connect server (pyspark's SparkConnectServer with regional's shim and
+Delta, ``regional.testing.connect_server``) in its own process, local[2,3] (task retries), and clients in
+other processes (``integration.connect_child``) that start no JVM: files a, b, c into Delta, region b's
+target down in the first epochs, a UDF that raises on one record of a (dead-lettered), checked record by
+record; then the server SIGKILLed mid-run and restarted, and the query restarted from a client."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+import regional
+from integration.helpers import ROOT, add_epoch_of_files, assert_exactly_once
+from regional.testing.connect_server import ConnectServer
+
+ROWS = 7  # per region; the client reads at most 3 per region and epoch
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with ConnectServer(tmp_path_factory.mktemp("connect"), pythonpath=[str(ROOT)]) as running:
+        yield running
+
+
+def client(server: ConnectServer, work: Path, *args: str, timeout: float = 400) -> dict:
+    """Runs the Connect client in a process of its own and returns what it printed as ``CHILD-RESULT``."""
+    result = subprocess.run([sys.executable, "-m", "integration.connect_child", server.url, str(work), *args],
+                            cwd=ROOT, env=client_env(), capture_output=True, text=True, timeout=timeout)
+    found = [line for line in result.stdout.splitlines() if line.startswith("CHILD-RESULT ")]
+    assert result.returncode == 0 and found, (result.returncode, result.stdout[-3000:], result.stderr[-6000:],
+                                             server.log_path.read_text(errors="replace")[-3000:])
+    return json.loads(found[0].removeprefix("CHILD-RESULT "))
+
+
+def client_env() -> dict[str, str]:
+    """No Java for the client: were pyspark to reach for a JVM (py4j), it could not start one."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_HOME", "PYSPARK_SUBMIT_ARGS")}
+    return {**env, "JAVA_HOME": "/nonexistent/java", "PYTHONPATH": str(ROOT)}
+
+
+def expected(inputs: dict[str, list[str]], poison: set[tuple[str, int]]) -> dict[str, list[tuple[int, str]]]:
+    return {r: [(o, v.upper()) for o, v in enumerate(values) if (r, o) not in poison] for r, values in inputs.items()}
+
+
+def dead_letters(work: Path) -> list[tuple[str, int, str, str]]:
+    rows = DeltaTable(str(work / "dead-letters")).to_pyarrow_table().to_pylist()
+    return sorted((r["region"], r["offset"], r["value"], r["error"]) for r in rows)
+
+
+def test_a_failing_region_and_a_poison_record_over_connect_exactly_once(server, tmp_path):
+    inputs = add_epoch_of_files(tmp_path / "in", ["a", "b", "c"], "001", ROWS)
+    poison = inputs["a"][4]
+
+    # A first client runs 3 epochs (b's target down in epochs 0 and 1) and stops with regional.stop.
+    first = client(server, tmp_path, "3", "0,1", poison)
+    assert first["jvms"] == [] and first["py4j"] is False, first
+    assert first["exception"] is None and first["stopped_whole"] is True, first
+    status = regional.status(tmp_path / "ck")
+    assert all("b" in e.fallen_back for e in status.epochs[:2]), status.epochs
+    assert status.epochs[0].fallen_back["b"].ref_epoch == -1
+    assert "shard of region b is down" in status.epochs[0].fallen_back["b"].reason
+    # The settings given on writeStream reached the server's source through the shim's listener.
+    written = (tmp_path / "ck" / "regional" / "write-options.json").read_text()
+    assert '"recorded_by": "jvm-shim"' in written and '"options": {"maxDeadLettersPerEpoch": "5"}' in written
+
+    # A second client finishes the input with Trigger.AvailableNow: everything landed once, in order.
+    second = client(server, tmp_path, "0", "", poison, "--bounded")
+    assert second["exception"] is None and second["jvms"] == [], second
+    assert set(second["states"].values()) == {"ok"}, second
+    assert_exactly_once(tmp_path / "out", expected(inputs, {("a", 4)}))
+    assert dead_letters(tmp_path) == [("a", 4, poison, f"ValueError: poison record {poison}")]
+
+
+def test_server_sigkilled_mid_run_then_the_query_restarted_from_a_client_exactly_once(server, tmp_path):
+    inputs = add_epoch_of_files(tmp_path / "in", ["a", "b", "c"], "001", 30)
+    poison = inputs["c"][17]
+    ck = tmp_path / "ck"
+    child = subprocess.Popen([sys.executable, "-m", "integration.connect_child", server.url, str(tmp_path), "1000",
+                              "1", poison], cwd=ROOT, env=client_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not ((ck / "regional" / "epochs").is_dir() and len(regional.status(ck).epochs) >= 3):
+            assert child.poll() is None, child.stdout.read() if child.stdout else ""
+            assert time.monotonic() < deadline, "no 3 epochs in 300 s"
+            time.sleep(0.1)
+        time.sleep(0.7)  # into a later epoch's tasks or commit
+        server.kill()
+        killed_at = len(regional.status(ck).epochs)
+    finally:
+        child.kill()  # its gRPC channel would retry the dead server for minutes
+        child.wait()
+    server.start()
+
+    done = client(server, tmp_path, "0", "", poison, "--bounded")
+    assert done["exception"] is None and set(done["states"].values()) == {"ok"}, done
+    assert done["epochs"] > killed_at
+    assert_exactly_once(tmp_path / "out", expected(inputs, {("c", 17)}))
+    assert dead_letters(tmp_path) == [("c", 17, poison, f"ValueError: poison record {poison}")]
+
+
+def test_a_server_without_the_shim_is_refused_with_what_to_do(tmp_path):
+    """The shim records writeStream's settings where the query runs: without it nothing can, over Connect."""
+    script = ("import sys, regional\nfrom pyspark.sql import SparkSession\n"
+              "spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()\n"
+              "try:\n    regional.register(spark)\nexcept regional.RegionalConfigError as e:\n"
+              "    print('REFUSED', e)\nspark.stop()\n")
+    with ConnectServer(tmp_path, shim=False) as bare:
+        result = subprocess.run([sys.executable, "-c", script, bare.url], cwd=ROOT, env=client_env(),
+                                capture_output=True, text=True, timeout=120)
+    refused = result.stdout.partition("REFUSED ")[2]
+    assert "lacks io.regional.shim.RegionalExtensions" in refused, (result.stdout, result.stderr[-3000:])
+    assert "--conf spark.sql.extensions=io.regional.shim.RegionalExtensions" in refused
+    assert "Spark Connect" in refused
