@@ -95,3 +95,18 @@ def test_the_store_reads_what_the_shim_writes(tmp_path):
 def test_a_source_without_the_shim_or_a_checkpoint_says_what_to_add():
     with pytest.raises(RegionalConfigError, match=r"add \.option\('checkpointLocation'"):
         RegionalStreamReader({}, {"source": "files", "path": "/in"})
+
+
+def test_the_shim_jar_records_exactly_the_setting_keys_of_the_python_side():
+    """The shim's listener filters writeStream's options by the jar's setting-keys.txt (a target's credentials
+    stay out of the store): it must be the list ``resolve_settings`` reads, or a setting would go unrecorded."""
+    import zipfile
+
+    from regional.protocol.settings import DEFAULTS
+    from regional.shim_jar import SETTING_KEYS_RESOURCE, ensure_built
+
+    jar = ensure_built()
+    assert jar is not None, "the shim jar is built by the test command (python -m regional build-shim)"
+    with zipfile.ZipFile(jar) as archive:
+        keys = archive.read(SETTING_KEYS_RESOURCE).decode().split()
+    assert keys == list(DEFAULTS)

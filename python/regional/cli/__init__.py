@@ -1,11 +1,11 @@
-"""``python -m regional``: ``status``, ``timeline``, ``build-shim`` and ``connect-server``."""
+"""``python -m regional``: ``status``, ``timeline`` and ``build-shim``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from regional.errors import RegionalConfigError, RegionalError
+from regional.errors import RegionalError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,25 +21,12 @@ def main(argv: list[str] | None = None) -> int:
     draw.add_argument("-o", "--output", default="timeline.png", help="the PNG to write (default timeline.png)")
     draw.add_argument("--epochs", type=int, default=200, metavar="K", help="the newest K epochs (default 200)")
     commands.add_parser("build-shim", help="compile the JVM shim into the package (uses pyspark's Scala compiler)")
-    serve = commands.add_parser("connect-server", help="run a Spark Connect server with regional's shim and Delta")
-    serve.add_argument("--master", default="local[*]", help="the server's Spark master (default local[*])")
-    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=15002, help="the port to listen on (default 15002)")
-    serve.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="more Spark conf")
     args = parser.parse_args(argv)
     try:
         if args.command == "build-shim":
             from regional.shim_jar import build
 
             print(f"built {build()}")
-        elif args.command == "connect-server":
-            from regional.spark.connect import run_server
-
-            conf = dict(item.split("=", 1) for item in args.conf if "=" in item)
-            bad = [item for item in args.conf if "=" not in item]
-            if bad:
-                raise RegionalConfigError(f"--conf takes KEY=VALUE, not {bad[0]!r}")
-            run_server(args.master, args.host, args.port, conf)
         elif args.command == "timeline":
             from regional.cli.timeline import draw as draw_timeline
             from regional.store.status import status

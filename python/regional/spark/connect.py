@@ -1,10 +1,9 @@
 """A Spark Connect server that regional's clients can use: pyspark's own ``SparkConnectServer`` (pyspark 4.2
 ships ``spark-connect_2.13``), started with ``spark-submit`` and ``regional_conf`` (the JVM shim and its
-extension, Delta Lake).
+extension, Delta Lake); ``python -m regional.spark.connect`` runs one in the foreground.
 
 Over Spark Connect the client has no JVM: the query runs in the server, and the shim's listener records
-writeStream's regional settings there at query start (see ``shim.connect_state``). ``python -m regional
-connect-server`` runs ``server_command`` in the foreground.
+writeStream's regional settings there at query start (see ``shim.connect_state``).
 """
 
 from __future__ import annotations
@@ -57,3 +56,23 @@ def run_server(master: str, host: str, port: int, conf: Mapping[str, str]) -> No
     command = server_command(master, host, port, conf)
     print(f"regional: Spark Connect server on sc://{host}:{port} (Ctrl-C stops it)", flush=True)
     os.execve(command[0], command, server_env())
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m regional.spark.connect",
+                                     description="run a Spark Connect server with regional's shim and Delta")
+    parser.add_argument("--master", default="local[*]", help="the server's Spark master (default local[*])")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the port (default {DEFAULT_PORT})")
+    parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="more Spark conf")
+    args = parser.parse_args(argv)
+    bad = [item for item in args.conf if "=" not in item]
+    if bad:
+        parser.error(f"--conf takes KEY=VALUE, not {bad[0]!r}")
+    run_server(args.master, args.host, args.port, dict(item.split("=", 1) for item in args.conf))
+
+
+if __name__ == "__main__":
+    main()

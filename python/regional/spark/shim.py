@@ -93,7 +93,7 @@ def connect_state(spark: SparkSession) -> ShimState:
     if EXTENSION not in extensions:
         raise RegionalConfigError(
             "over Spark Connect regional needs its JVM shim on the server, and this server's spark.sql.extensions "
-            f"lacks {EXTENSION}: start the Connect server with `python -m regional connect-server`, or give its "
+            f"lacks {EXTENSION}: start the Connect server with `python -m regional.spark.connect`, or give its "
             f"spark-submit {server_command_conf()} (see README, 'Spark Connect')")
     check_spark_version(spark.version)
     on = set(FEATURES)
