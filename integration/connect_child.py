@@ -3,7 +3,7 @@ target whose region b fails in the listed epochs, a UDF that raises on the liste
 to a Delta table; it runs until the store holds the asked number of epochs, then stops gracefully with
 ``regional.stop``.
 
-Usage: python -m integration.connect_child <sc://url> <work dir> <epochs> <fail epochs> <poison,values>
+Usage: python -m integration.connect_child <sc://url | local[N,F]> <work dir> <epochs> <fail epochs> <poison,values>
        [--bounded]   (Trigger.AvailableNow: ends by itself once everything is published)
 
 Prints ``CHILD-RESULT <json>``: the stop's outcome, the status it read, and the JVMs this process started.
@@ -31,7 +31,9 @@ def main() -> None:
         set(filter(None, sys.argv[5].split(",")))
     bounded = "--bounded" in sys.argv[6:]
     inp, out, ck, dlq = work / "in", work / "out", work / "ck", work / "dead-letters"
-    spark = SparkSession.builder.remote(url).getOrCreate()
+    builder = SparkSession.builder.remote(url)
+    # remote("local[...]"): pyspark starts the Connect server in this process, with regional's conf
+    spark = (regional.configure(builder) if url.startswith("local") else builder).getOrCreate()
     assert is_connect(spark), type(spark)
     spark.conf.set("spark.regional.deadLetterPath", str(dlq))  # the conf route, read by the server's source
     regional.register(spark)

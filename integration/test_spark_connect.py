@@ -29,13 +29,16 @@ def server(tmp_path_factory):
         yield running
 
 
-def client(server: ConnectServer, work: Path, *args: str, timeout: float = 400) -> dict:
-    """Runs the Connect client in a process of its own and returns what it printed as ``CHILD-RESULT``."""
-    result = subprocess.run([sys.executable, "-m", "integration.connect_child", server.url, str(work), *args],
-                            cwd=ROOT, env=client_env(), capture_output=True, text=True, timeout=timeout)
+def client(server: ConnectServer | None, work: Path, *args: str, timeout: float = 400) -> dict:
+    """Runs the Connect client in a process of its own and returns what it printed as ``CHILD-RESULT``; with no
+    ``server``, the client starts one in its own process (``remote("local[2,3]")``)."""
+    url, env = (server.url, client_env()) if server else ("local[2,3]", {**os.environ, "PYTHONPATH": str(ROOT)})
+    result = subprocess.run([sys.executable, "-m", "integration.connect_child", url, str(work), *args],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     found = [line for line in result.stdout.splitlines() if line.startswith("CHILD-RESULT ")]
+    server_log = server.log_path.read_text(errors="replace")[-3000:] if server else ""
     assert result.returncode == 0 and found, (result.returncode, result.stdout[-3000:], result.stderr[-6000:],
-                                             server.log_path.read_text(errors="replace")[-3000:])
+                                             server_log)
     return json.loads(found[0].removeprefix("CHILD-RESULT "))
 
 
@@ -119,3 +122,16 @@ def test_a_server_without_the_shim_is_refused_with_what_to_do(tmp_path):
     assert "lacks io.regional.shim.RegionalExtensions" in refused, (result.stdout, result.stderr[-3000:])
     assert "--conf spark.sql.extensions=io.regional.shim.RegionalExtensions" in refused
     assert "Spark Connect" in refused
+
+
+def test_the_in_process_connect_server_of_remote_local_runs_regional_exactly_once(tmp_path):
+    """``regional.configure(SparkSession.builder.remote("local[2,3]"))``: pyspark starts the Connect server in
+    the client's process, with regional's shim and Delta."""
+    inputs = add_epoch_of_files(tmp_path / "in", ["a", "b", "c"], "001", ROWS)
+    poison = inputs["c"][2]
+    result = client(None, tmp_path, "0", "0,1", poison, "--bounded")
+    assert result["exception"] is None and result["py4j"] is True, result
+    assert set(result["states"].values()) == {"ok"}, result
+    assert any("b" in e.fallen_back for e in regional.status(tmp_path / "ck").epochs)
+    assert_exactly_once(tmp_path / "out", expected(inputs, {("c", 2)}))
+    assert dead_letters(tmp_path) == [("c", 2, poison, f"ValueError: poison record {poison}")]
