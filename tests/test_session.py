@@ -40,3 +40,19 @@ def test_configure_adds_the_shim_delta_and_quiet_logging_next_to_what_the_builde
     assert again["spark.sql.extensions"] == options["spark.sql.extensions"] and again["spark.jars"] == options[
         "spark.jars"]
     builder._options.clear()
+
+
+def test_configure_leaves_a_connect_clients_builder_as_it_is_and_says_where_the_conf_goes(caplog, monkeypatch):
+    from pyspark.sql import SparkSession
+
+    from regional.spark import session
+
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    builder = SparkSession.builder.remote("sc://db.example:15002/;token=s3cret")
+    try:
+        options = dict(session.configure(builder)._options)
+    finally:
+        builder._options.clear()
+    assert options == {"spark.remote": "sc://db.example:15002/;token=s3cret"}
+    assert "python -m regional.spark.connect" in caplog.text and "sc://db.example:15002" in caplog.text
+    assert "s3cret" not in caplog.text  # a Connect URL's parameters may carry a token

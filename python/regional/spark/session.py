@@ -224,7 +224,16 @@ JARS_CACHE = Path(os.environ.get("REGIONAL_CACHE", Path.home() / ".cache" / "reg
 
 def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
     """``builder`` with everything regional needs, like delta's ``configure_spark_with_delta_pip``:
-    ``regional_conf`` merged into what the builder sets, and this interpreter for Python workers."""
+    ``regional_conf`` merged into what the builder sets, and this interpreter for Python workers.
+
+    A Spark Connect client's builder (``remote("sc://...")``) is returned as it is: the conf is the server's
+    (``remote("local[...]")`` starts the server in this process, so it is configured)."""
+    remote = getattr(builder, "_options", {}).get("spark.remote") or os.environ.get("SPARK_REMOTE", "")
+    if remote and not remote.startswith("local"):
+        log.warning("regional: configure() leaves a Spark Connect client's builder (%s) as it is: the JVM shim "
+                    "and Delta go in the server's conf (start it with python -m regional.spark.connect); "
+                    "register() checks that the server has them", remote.split("/;", 1)[0].split(";", 1)[0])
+        return builder
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     for key, value in regional_conf(getattr(builder, "_options", {})).items():
