@@ -17,7 +17,6 @@ import sys
 import time
 from pathlib import Path
 
-from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 import regional
@@ -64,8 +63,16 @@ def main() -> None:
     print("CHILD-RESULT " + json.dumps({
         "stopped_whole": stopped_whole, "exception": str(exception) if exception else None,
         "states": {r: s.state.value for r, s in status.regions.items()}, "epochs": len(status.epochs),
-        "jvms": jvms, "py4j": SparkContext._jvm is not None}), flush=True)
+        "jvms": jvms, "py4j": _has_py4j_gateway()}), flush=True)
     spark.stop()
+
+
+def _has_py4j_gateway() -> bool:
+    try:
+        from pyspark import SparkContext
+    except ImportError:  # pyspark-client: no classic pyspark at all
+        return False
+    return SparkContext._jvm is not None
 
 
 def _recorded(ck: Path, epochs: int) -> bool:

@@ -6,6 +6,7 @@ record; then the server SIGKILLed mid-run and restarted, and the query restarted
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 import subprocess
@@ -29,17 +30,35 @@ def server(tmp_path_factory):
         yield running
 
 
-def client(server: ConnectServer | None, work: Path, *args: str, timeout: float = 400) -> dict:
+def client(server: ConnectServer | None, work: Path, *args: str, timeout: float = 400,
+           python: str = sys.executable) -> dict:
     """Runs the Connect client in a process of its own and returns what it printed as ``CHILD-RESULT``; with no
     ``server``, the client starts one in its own process (``remote("local[2,3]")``)."""
     url, env = (server.url, client_env()) if server else ("local[2,3]", {**os.environ, "PYTHONPATH": str(ROOT)})
-    result = subprocess.run([sys.executable, "-m", "integration.connect_child", url, str(work), *args],
+    if python != sys.executable:  # a venv without regional installed: regional from this checkout
+        env["PYTHONPATH"] = f"{ROOT / 'python'}{os.pathsep}{ROOT}"
+    result = subprocess.run([python, "-m", "integration.connect_child", url, str(work), *args],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     found = [line for line in result.stdout.splitlines() if line.startswith("CHILD-RESULT ")]
     server_log = server.log_path.read_text(errors="replace")[-3000:] if server else ""
     assert result.returncode == 0 and found, (result.returncode, result.stdout[-3000:], result.stderr[-6000:],
                                              server_log)
     return json.loads(found[0].removeprefix("CHILD-RESULT "))
+
+
+@pytest.fixture(scope="module")
+def client_only_python(tmp_path_factory) -> str:
+    """A venv with pyspark-client (Spark Connect's client alone: no JVM jars, no py4j) and regional's other
+    requirements from setup.cfg. pyspark-client 4.2.1 is not on PyPI; 4.2.0 speaks the same Connect protocol."""
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    requirements = [r for r in config["options"]["install_requires"].split() if not r.startswith("pyspark")]
+    venv = tmp_path_factory.mktemp("client-only") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "-q", "pyspark-client==4.2.0", *requirements], check=True,
+                   timeout=900)
+    return python
 
 
 def client_env() -> dict[str, str]:
@@ -79,6 +98,18 @@ def test_a_failing_region_and_a_poison_record_over_connect_exactly_once(server, 
     assert set(second["states"].values()) == {"ok"}, second
     assert_exactly_once(tmp_path / "out", expected(inputs, {("a", 4)}))
     assert dead_letters(tmp_path) == [("a", 4, poison, f"ValueError: poison record {poison}")]
+
+
+def test_a_client_with_only_pyspark_client_installed_runs_regional_exactly_once(server, client_only_python,
+                                                                              tmp_path):
+    inputs = add_epoch_of_files(tmp_path / "in", ["a", "b", "c"], "001", ROWS)
+    poison = inputs["b"][5]
+    result = client(server, tmp_path, "0", "0", poison, "--bounded", python=client_only_python)
+    assert result["exception"] is None and result["jvms"] == [] and result["py4j"] is False, result
+    assert set(result["states"].values()) == {"ok"}, result
+    assert "b" in regional.status(tmp_path / "ck").epochs[0].fallen_back
+    assert_exactly_once(tmp_path / "out", expected(inputs, {("b", 5)}))
+    assert dead_letters(tmp_path) == [("b", 5, poison, f"ValueError: poison record {poison}")]
 
 
 def test_server_sigkilled_mid_run_then_the_query_restarted_from_a_client_exactly_once(server, tmp_path):
