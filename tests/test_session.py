@@ -56,3 +56,17 @@ def test_configure_leaves_a_connect_clients_builder_as_it_is_and_says_where_the_
     assert options == {"spark.remote": "sc://db.example:15002/;token=s3cret"}
     assert "python -m regional.spark.connect" in caplog.text and "sc://db.example:15002" in caplog.text
     assert "s3cret" not in caplog.text  # a Connect URL's parameters may carry a token
+
+
+def test_on_a_spark_line_without_a_shim_or_delta_build_the_session_gets_neither_and_is_told(caplog, monkeypatch):
+    import pyspark
+
+    from regional.spark import session
+
+    monkeypatch.setattr(pyspark, "__version__", "4.3.0")
+    conf = session.regional_conf({"spark.jars": "/mine.jar"})
+    assert conf.get("spark.jars") == "/mine.jar" and "spark.sql.extensions" not in conf, conf
+    assert "spark.sql.catalog.spark_catalog" not in conf
+    assert "JVM shim is left out" in caplog.text and "pure Python" in caplog.text
+    assert "Delta Lake's JVM (io.delta:delta-spark_4.2_2.13:4.4.0) is left out" in caplog.text
+    assert "still work (they write with delta-rs)" in caplog.text

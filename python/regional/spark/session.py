@@ -28,8 +28,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("regional")
 
-# The Delta JVM artifact matching the pinned pyspark and delta-spark (see setup.cfg).
+# Delta Lake's JVM artifact for the pinned pyspark (see setup.cfg), and the Spark line it is built for.
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
+DELTA_SPARK_LINE = "4.2"
 EXIT_DRAIN_MS = 10_000
 
 _listeners: dict[int, RegionalListener] = {}  # one per SparkSession
@@ -245,17 +246,27 @@ def regional_conf(given: Mapping[str, str] | None = None) -> dict[str, str]:
     """The conf regional needs in a session, or in a Spark Connect server, merged into ``given``: the JVM shim
     jar and its extension next to any others, Delta Lake (jars resolved once and cached, so sessions start
     without Ivy's resolution log), and quiet logging unless ``given`` sets its own."""
+    import pyspark
+
     options = dict(given or {})
     shim_conf = shim.session_conf()
+    with_delta = pyspark.__version__.startswith(DELTA_SPARK_LINE + ".")
+    if not with_delta:  # a Delta jar of another Spark line fails the session's first Delta operation, or its start
+        log.warning("regional: Delta Lake's JVM (%s) is left out of the session: it is built for Spark %s.x and "
+                    "pyspark is %s. target=delta and the dead-letter table still work (they write with delta-rs); "
+                    "spark.read.format('delta') needs a Delta Lake built for this Spark",
+                    DELTA_PACKAGE, DELTA_SPARK_LINE, pyspark.__version__)
 
     def joined(key: str, *values: str, sep: str = ",") -> str:
         present = [v for v in (options.get(key) or "").split(sep) if v]
         return sep.join(present + [v for v in values if v and v not in present])
 
-    out = {"spark.sql.extensions": joined("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension",
+    delta_extension = "io.delta.sql.DeltaSparkSessionExtension" if with_delta else ""
+    out = {"spark.sql.extensions": joined("spark.sql.extensions", delta_extension,
                                           shim_conf.get("spark.sql.extensions", "")),
-           "spark.jars": joined("spark.jars", shim_conf.get("spark.jars", ""), *delta_jars())}
-    if "spark.sql.catalog.spark_catalog" not in options:
+           "spark.jars": joined("spark.jars", shim_conf.get("spark.jars", ""), *(delta_jars() if with_delta else ()))}
+    out = {key: value for key, value in out.items() if value}
+    if with_delta and "spark.sql.catalog.spark_catalog" not in options:
         out["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
     if "log4j2.configurationFile" not in options.get("spark.driver.extraJavaOptions", ""):
         out["spark.driver.extraJavaOptions"] = joined(

@@ -47,9 +47,14 @@ FEATURES = {
 }
 
 
+def supports(version: str) -> bool:
+    """Whether the shim was built for this Spark version's line."""
+    return any(version == line or version.startswith(line + ".") for line in SUPPORTED_SPARK_LINES)
+
+
 def check_spark_version(version: str) -> None:
     """The version switch: refuse a Spark the shim was not built for, with what to do."""
-    if any(version == line or version.startswith(line + ".") for line in SUPPORTED_SPARK_LINES):
+    if supports(version):
         return
     moved = " (Spark 4.1 moved the streaming internals the shim hooks between packages)"
     raise RegionalConfigError(
@@ -73,7 +78,15 @@ class ShimState:
 
 
 def session_conf() -> dict[str, str]:
-    """The conf a session needs, at start, for the whole shim."""
+    """The conf a session needs, at start, for the whole shim; none on a Spark it was not built for (the session
+    then starts, and regional runs in pure Python)."""
+    import pyspark
+
+    if not supports(pyspark.__version__):
+        log.warning("regional: the JVM shim is left out of the session: it supports Spark %s.x and pyspark is %s. "
+                    "regional runs in pure Python: give readStream the same checkpointLocation as writeStream",
+                    ", ".join(SUPPORTED_SPARK_LINES), pyspark.__version__)
+        return {}
     jar = ensure_built()
     if jar is None:
         return {}
