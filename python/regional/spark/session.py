@@ -250,7 +250,7 @@ def regional_conf(given: Mapping[str, str] | None = None) -> dict[str, str]:
 
     options = dict(given or {})
     shim_conf = shim.session_conf()
-    with_delta = pyspark.__version__.startswith(DELTA_SPARK_LINE + ".")
+    with_delta = delta_fits_spark()
     if not with_delta:  # a Delta jar of another Spark line fails the session's first Delta operation, or its start
         log.warning("regional: Delta Lake's JVM (%s) is left out of the session: it is built for Spark %s.x and "
                     "pyspark is %s. target=delta and the dead-letter table still work (they write with delta-rs); "
@@ -272,6 +272,14 @@ def regional_conf(given: Mapping[str, str] | None = None) -> dict[str, str]:
         out["spark.driver.extraJavaOptions"] = joined(
             "spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}", sep=" ")
     return out
+
+
+def delta_fits_spark() -> bool:
+    """Whether ``DELTA_PACKAGE`` is built for the installed pyspark's Spark line (``regional_conf`` adds it only
+    then)."""
+    import pyspark
+
+    return pyspark.__version__.startswith(DELTA_SPARK_LINE + ".")
 
 
 def delta_jars() -> list[str]:
