@@ -20,6 +20,7 @@ from integration.helpers import (
     wait_for_epochs,
 )
 from regional.shim_jar import build
+from regional.spark.session import delta_fits_spark
 
 REGIONS = ["a", "b", "c", "d"]
 FLAKY = "python:integration.faults:FlakyDelta"
@@ -141,6 +142,7 @@ def test_the_offset_log_keeps_a_referenced_epoch_through_the_purge(spark, dirs, 
     assert_exactly_once_in_order(out, expected_rows(inputs), spark)
 
 
+@pytest.mark.skipif(not delta_fits_spark(), reason="no Delta Lake JVM for this Spark line (regional_conf)")
 def test_a_stock_delta_stream_runs_untouched_beside_the_shim(spark, dirs):
     inp, out, ck = dirs
     add_epoch_of_files(inp, ["a", "b"], "001", 3)
