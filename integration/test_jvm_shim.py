@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import subprocess
+import sys
 import time
 import zipfile
 
@@ -11,6 +14,7 @@ from pyspark.sql import functions as F
 
 import regional
 from integration.helpers import (
+    ROOT,
     add_epoch_of_files,
     assert_exactly_once_in_order,
     expected_rows,
@@ -21,6 +25,7 @@ from integration.helpers import (
 )
 from regional.shim_jar import build
 from regional.spark.session import delta_fits_spark
+from regional.store import Store
 
 REGIONS = ["a", "b", "c", "d"]
 FLAKY = "python:integration.faults:FlakyDelta"
@@ -49,6 +54,27 @@ def test_the_shim_builds_from_its_sources(tmp_path):
     names = set(zipfile.ZipFile(jar).namelist())
     for cls in ("RegionalShim", "RegionalCheckpointFileManager", "FailureListener", "RegionalExtensions"):
         assert f"io/regional/shim/{cls}.class" in names
+
+
+def test_a_run_whose_settings_the_shim_cannot_record_refuses_to_plan_rather_than_use_an_earlier_runs(tmp_path):
+    """The shim deletes the earlier run's write-options.json before it records this run's: here it cannot (its
+    jar lacks setting-keys.txt, as a jar of an older build does), and the source then refuses to plan."""
+    full = build(out=tmp_path / "full.jar")
+    stripped = tmp_path / "stripped.jar"
+    with zipfile.ZipFile(full) as source, zipfile.ZipFile(stripped, "w") as target:
+        for item in source.infolist():
+            if not item.filename.endswith("setting-keys.txt"):
+                target.writestr(item, source.read(item))
+    add_epoch_of_files(tmp_path / "in", REGIONS, "001", 3)
+    Store(str(tmp_path / "ck")).record_write_options("an-earlier-run", {"maxDeadLettersPerEpoch": "1"})
+    result = subprocess.run([sys.executable, "-m", "integration.stale_options_child", str(stripped), str(tmp_path)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300)
+    found = [line for line in result.stdout.splitlines() if line.startswith("CHILD-RESULT ")]
+    assert found, (result.stdout[-3000:], result.stderr[-5000:])
+    child = json.loads(found[0].removeprefix("CHILD-RESULT "))
+    assert child["exception"] and "settings were not recorded at query start" in child["exception"], child
+    assert child["earlier_record"] is False and child["published"] is False, child
+    assert "setting-keys.txt" in result.stderr  # the shim's warning says why
 
 
 def test_checkpoint_location_given_only_on_write_stream(spark, dirs, tmp_path):

@@ -87,7 +87,8 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if written is None:
                 raise RegionalConfigError(
                     f"writeStream's regional settings were not recorded at query start in {self.store.root}: "
-                    "call regional.register(spark) before starting the query (it adds the listener that records them)"
+                    "call regional.register(spark) before starting the query (it adds the listener that records them; "
+                    "where the JVM shim's listener could not record them, its warning in the driver's log says why)"
                 )
             settings = resolve_settings(self.conf, self.options, written)
             if not self.store.plan_allows_regional_epochs():

@@ -34,12 +34,15 @@ class StartRecorder(session: SparkSession) extends StreamingQueryListener {
     val name = try sink.getClass.getMethod("name").invoke(sink).toString catch { case NonFatal(_) => "" }
     if (!name.equalsIgnoreCase(PlanCheck.SourceName)) return
     val root = execution.getClass.getMethod("resolvedCheckpointRoot").invoke(execution).asInstanceOf[String]
-    val keys = StartRecorder.settingKeys
-    val given = StartRecorder.writeOptions(execution).flatMap { case (k, v) =>
-      keys.get(k.toLowerCase(java.util.Locale.ROOT)).map(_ -> v)
-    }
     RegionalShim.storeDir(root).foreach { store =>
-      RegionalShim.writeStoreFile(store, "write-options.json", "write-options", 1, RegionalShim.json(
+      // A previous run's record goes first: if this run's cannot be made, the source finds none and refuses
+      // to plan, rather than plan with settings writeStream may no longer give.
+      java.nio.file.Files.deleteIfExists(store.resolve(StartRecorder.FileName))
+      val keys = StartRecorder.settingKeys
+      val given = StartRecorder.writeOptions(execution).flatMap { case (k, v) =>
+        keys.get(k.toLowerCase(java.util.Locale.ROOT)).map(_ -> v)
+      }
+      RegionalShim.writeStoreFile(store, StartRecorder.FileName, "write-options", 1, RegionalShim.json(
         "run_id" -> event.runId.toString, "options" -> given,
         "recorded_at" -> System.currentTimeMillis() / 1000.0, "recorded_by" -> "jvm-shim"))
     }
@@ -47,6 +50,8 @@ class StartRecorder(session: SparkSession) extends StreamingQueryListener {
 }
 
 object StartRecorder {
+  val FileName = "write-options.json"
+
   /** lower-cased -> canonical spelling of regional's setting keys, from the jar's `setting-keys.txt`. */
   lazy val settingKeys: Map[String, String] = {
     val in = getClass.getResourceAsStream("setting-keys.txt")
