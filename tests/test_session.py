@@ -20,10 +20,12 @@ def test_register_warns_in_one_line_when_there_is_no_room_to_quarantine():
 
 
 def test_configure_adds_the_shim_delta_and_quiet_logging_next_to_what_the_builder_has(tmp_path, monkeypatch):
+    import pyspark
     from pyspark.sql import SparkSession
 
     from regional.spark import session, shim
 
+    monkeypatch.setattr(pyspark, "__version__", "4.2.1")  # the line the Delta jar is built for, on any pyspark
     jar = tmp_path / "delta.jar"
     jar.write_bytes(b"")
     monkeypatch.setattr(session, "JARS_CACHE", tmp_path)
