@@ -65,16 +65,30 @@ def test_a_run_whose_settings_the_shim_cannot_record_refuses_to_plan_rather_than
         for item in source.infolist():
             if not item.filename.endswith("setting-keys.txt"):
                 target.writestr(item, source.read(item))
+    child, stderr = run_over_an_earlier_runs_settings(tmp_path, str(stripped))
+    assert child["exception"] and "settings were not recorded at query start" in child["exception"], child
+    assert child["earlier_record"] is False and child["published"] is False, child
+    assert "setting-keys.txt" in stderr  # the shim's warning says why
+
+
+def test_a_run_planned_on_an_earlier_runs_settings_stops_before_it_publishes(tmp_path):
+    """No shim and no listener (the data source registered by hand): the source plans with the earlier run's
+    record; the sink finds writeStream's settings differ, records them and fails the run before its epoch."""
+    child, _ = run_over_an_earlier_runs_settings(tmp_path, "--unregistered")
+    assert child["exception"] and "planned with an earlier run's {'maxDeadLettersPerEpoch': '1'}" in child[
+        "exception"], child
+    assert child["published"] is False, child
+    assert Store(str(tmp_path / "ck")).read_write_options() == {"maxDeadLettersPerEpoch": "7"}  # for the next run
+
+
+def run_over_an_earlier_runs_settings(tmp_path, shim_jar: str) -> tuple[dict, str]:
     add_epoch_of_files(tmp_path / "in", REGIONS, "001", 3)
     Store(str(tmp_path / "ck")).record_write_options("an-earlier-run", {"maxDeadLettersPerEpoch": "1"})
-    result = subprocess.run([sys.executable, "-m", "integration.stale_options_child", str(stripped), str(tmp_path)],
+    result = subprocess.run([sys.executable, "-m", "integration.stale_options_child", shim_jar, str(tmp_path)],
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     found = [line for line in result.stdout.splitlines() if line.startswith("CHILD-RESULT ")]
     assert found, (result.stdout[-3000:], result.stderr[-5000:])
-    child = json.loads(found[0].removeprefix("CHILD-RESULT "))
-    assert child["exception"] and "settings were not recorded at query start" in child["exception"], child
-    assert child["earlier_record"] is False and child["published"] is False, child
-    assert "setting-keys.txt" in result.stderr  # the shim's warning says why
+    return json.loads(found[0].removeprefix("CHILD-RESULT ")), result.stderr
 
 
 def test_checkpoint_location_given_only_on_write_stream(spark, dirs, tmp_path):

@@ -19,6 +19,8 @@ from deltalake import DeltaTable
 
 import regional
 from integration.helpers import ROOT, add_epoch_of_files, assert_exactly_once
+from regional.shim_jar import SHIM_JAR
+from regional.spark.shim import EXTENSION
 from regional.testing.connect_server import ConnectServer
 
 ROWS = 7  # per region; the client reads at most 3 per region and epoch
@@ -140,19 +142,33 @@ def test_server_sigkilled_mid_run_then_the_query_restarted_from_a_client_exactly
     assert dead_letters(tmp_path) == [("c", 17, poison, f"ValueError: poison record {poison}")]
 
 
+REGISTER_SCRIPT = ("import sys, regional\nfrom pyspark.sql import SparkSession\n"
+                   "spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()\n"
+                   "try:\n    regional.register(spark)\nexcept regional.RegionalConfigError as e:\n"
+                   "    print('REFUSED', e)\nspark.stop()\n")
+
+
+def refusal(tmp_path: Path, without: tuple[str, ...]) -> str:
+    with ConnectServer(tmp_path, without=without) as bare:
+        result = subprocess.run([sys.executable, "-c", REGISTER_SCRIPT, bare.url], cwd=ROOT, env=client_env(),
+                                capture_output=True, text=True, timeout=120)
+    assert "REFUSED " in result.stdout, (result.stdout, result.stderr[-3000:])
+    return result.stdout.partition("REFUSED ")[2]
+
+
 def test_a_server_without_the_shim_is_refused_with_what_to_do(tmp_path):
     """The shim records writeStream's settings where the query runs: without it nothing can, over Connect."""
-    script = ("import sys, regional\nfrom pyspark.sql import SparkSession\n"
-              "spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()\n"
-              "try:\n    regional.register(spark)\nexcept regional.RegionalConfigError as e:\n"
-              "    print('REFUSED', e)\nspark.stop()\n")
-    with ConnectServer(tmp_path, shim=False) as bare:
-        result = subprocess.run([sys.executable, "-c", script, bare.url], cwd=ROOT, env=client_env(),
-                                capture_output=True, text=True, timeout=120)
-    refused = result.stdout.partition("REFUSED ")[2]
-    assert "lacks io.regional.shim.RegionalExtensions" in refused, (result.stdout, result.stderr[-3000:])
+    refused = refusal(tmp_path, (str(SHIM_JAR), EXTENSION))
+    assert "lacks io.regional.shim.RegionalExtensions" in refused
     assert "--conf spark.sql.extensions=io.regional.shim.RegionalExtensions" in refused
     assert "Spark Connect" in refused
+
+
+def test_a_server_that_names_the_extension_but_lacks_the_jar_is_refused(tmp_path):
+    """Spark only logs that it cannot load a configured extension and starts without it; a query would then run
+    with nothing recording its settings."""
+    refused = refusal(tmp_path, (str(SHIM_JAR),))
+    assert "the shim did not install itself" in refused and "--jars" in refused
 
 
 def test_the_in_process_connect_server_of_remote_local_runs_regional_exactly_once(tmp_path):

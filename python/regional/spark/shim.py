@@ -36,6 +36,7 @@ log = logging.getLogger("regional")
 EXTENSION = "io.regional.shim.RegionalExtensions"
 FILE_MANAGER = "io.regional.shim.RegionalCheckpointFileManager"
 FILE_MANAGER_CONF = "spark.sql.streaming.checkpointFileManagerClass"
+INSTALLED_CONF = "regional.shim.installed"  # RegionalShim.InstalledConf: set where the shim is installed
 # Spark lines the shim is compiled against; RegionalShim.SupportedSparkLines says the same on the JVM side.
 SUPPORTED_SPARK_LINES = ("4.2",)
 
@@ -109,10 +110,17 @@ def connect_state(spark: SparkSession) -> ShimState:
             f"lacks {EXTENSION}: start the Connect server with `python -m regional.spark.connect`, or give its "
             f"spark-submit {server_command_conf()} (see README, 'Spark Connect')")
     check_spark_version(spark.version)
+    _ = spark.range(0).schema  # an analysis on the server: the extension's check rule installs the shim there
+    if not spark.conf.get(INSTALLED_CONF, None):
+        raise RegionalConfigError(
+            f"this Spark Connect server names {EXTENSION} in spark.sql.extensions, but the shim did not install "
+            "itself (is its jar missing from the server's --jars / spark.jars? Spark then logs 'Cannot use "
+            f"{EXTENSION} to configure session extensions' and starts without it): start the server with "
+            f"`python -m regional.spark.connect`, or give its spark-submit {server_command_conf()}")
     on = set(FEATURES)
     advice = None
     manager = spark.conf.get(FILE_MANAGER_CONF, None)
-    if manager not in (None, FILE_MANAGER):
+    if manager != FILE_MANAGER:
         on.discard("keep_alive")
         advice = (f"spark.sql.streaming.checkpointFileManagerClass is {manager}, so Spark's offset-log purge may "
                   "delete entries a ref_epoch still needs")

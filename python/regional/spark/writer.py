@@ -173,11 +173,18 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         ready_target(store, target, self._target_schema(schema), dead_letter_target)
         self.target_options.update(target.task_options())  # what open() found that the tasks' copies need
         given = given_settings(options)
-        if store.read_write_options() != given:
-            # Not recorded at query start (no listener): record them now; the next planned epoch uses them.
-            log.warning("regional: writeStream's regional settings %s were not recorded when the query started "
-                        "(call regional.register(spark) first); they apply from the next planned epoch", given)
+        recorded = store.read_write_options()
+        if recorded is None:  # the source refuses to plan without them: this records them for the next start
             store.record_write_options("writer", given)
+        elif recorded != given:
+            # The source planned this run with settings from an earlier run (this run's start was not recorded):
+            # record them for the next run, and stop this one before it publishes anything under the old ones.
+            store.record_write_options("writer", given)
+            raise RegionalConfigError(
+                f"writeStream's regional settings {given} were not recorded when this run started, and the source "
+                f"planned with an earlier run's {recorded}: call regional.register(spark) before starting the "
+                "query (over Spark Connect: the server needs the JVM shim). They are recorded now; start the query "
+                "again")
 
     def _target_schema(self, schema: StructType) -> pa.Schema:
         """The Arrow schema of the rows ``prepare`` receives."""

@@ -12,9 +12,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from regional.shim_jar import SHIM_JAR
 from regional.spark.connect import server_command, server_env
-from regional.spark.shim import EXTENSION
 from regional.testing.kafka_broker import free_port
 
 START_TIMEOUT_S = 120.0
@@ -22,7 +20,7 @@ START_TIMEOUT_S = 120.0
 
 class ConnectServer:
     def __init__(self, workdir: Path, master: str = "local[2,3]", conf: Mapping[str, str] | None = None,
-                 pythonpath: list[str] | None = None, shim: bool = True) -> None:
+                 pythonpath: list[str] | None = None, without: tuple[str, ...] = ()) -> None:
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -31,7 +29,8 @@ class ConnectServer:
         self.conf = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                      "spark.sql.streaming.noDataMicroBatches.enabled": "false", **(conf or {})}
         self.pythonpath = pythonpath or []
-        self.shim = shim  # False: a server started as if the user forgot regional's jar and extension
+        # entries of spark.jars and spark.sql.extensions left out: a server started as if the user forgot them
+        self.without = without
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -59,16 +58,13 @@ class ConnectServer:
 
     def command(self) -> list[str]:
         command = server_command(self.master, "127.0.0.1", self.port, self.conf)
-        if self.shim:
-            return command
-        without = []
+        kept = []
         for arg in command:
             key, _, value = arg.partition("=")
             if key in ("spark.jars", "spark.sql.extensions"):
-                value = ",".join(v for v in value.split(",") if v not in (str(SHIM_JAR), EXTENSION))
-                arg = f"{key}={value}"
-            without.append(arg)
-        return without
+                arg = f"{key}={','.join(v for v in value.split(',') if v not in self.without)}"
+            kept.append(arg)
+        return kept
 
     def _listening(self) -> bool:
         with socket.socket() as s:

@@ -21,6 +21,9 @@ object RegionalShim {
   val SupportedSparkLines: Seq[String] = Seq("4.2")
 
   val FileManagerConf = "spark.sql.streaming.checkpointFileManagerClass"
+  /** Set in every session the shim is installed into: a Spark Connect client reads it to know the shim runs
+    * (a server can name the extension in spark.sql.extensions and still lack the jar: Spark then only logs). */
+  val InstalledConf = "regional.shim.installed"
   val StoreDir = "regional"
 
   private val log = LoggerFactory.getLogger("regional")
@@ -45,6 +48,7 @@ object RegionalShim {
   def install(session: SparkSession): String = synchronized {
     checkVersion(org.apache.spark.SPARK_VERSION)
     if (sessions.add(session)) session.streams.addListener(new StartRecorder(session))
+    session.conf.set(InstalledConf, Version)
     val sc = session.sparkContext
     if (!listener.exists(_._1 eq sc)) {
       val l = new FailureListener()
