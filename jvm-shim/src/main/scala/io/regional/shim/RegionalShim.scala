@@ -1,7 +1,9 @@
 package io.regional.shim
 
 import java.nio.charset.StandardCharsets
-import java.nio.file.{Files, Paths, StandardCopyOption}
+import java.nio.ByteBuffer
+import java.nio.channels.FileChannel
+import java.nio.file.{Files, Paths, StandardCopyOption, StandardOpenOption}
 import java.util.UUID
 
 import scala.jdk.CollectionConverters._
@@ -47,7 +49,7 @@ object RegionalShim {
     * every session (Spark Connect's sessions have no py4j); once per session. */
   def install(session: SparkSession): String = synchronized {
     checkVersion(org.apache.spark.SPARK_VERSION)
-    if (sessions.add(session)) session.streams.addListener(new StartRecorder(session))
+    if (sessions.add(session)) session.streams.addListener(new StartRecorder(new java.lang.ref.WeakReference(session)))
     session.conf.set(InstalledConf, Version)
     val sc = session.sparkContext
     if (!listener.exists(_._1 eq sc)) {
@@ -90,8 +92,15 @@ object RegionalShim {
     val body = content.getBytes(StandardCharsets.UTF_8)
     val header = s"regional $kind v$version sha256=${sha256Hex(body)}\n".getBytes(StandardCharsets.US_ASCII)
     val tmp = target.getParent.resolve(s".${target.getFileName}.${UUID.randomUUID()}.tmp")
-    Files.write(tmp, header ++ body ++ "\n".getBytes(StandardCharsets.US_ASCII))
+    // As the Python side's files.write: the bytes reach the disk before the rename, and the rename before return.
+    val out = FileChannel.open(tmp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)
+    try {
+      out.write(ByteBuffer.wrap(header ++ body ++ "\n".getBytes(StandardCharsets.US_ASCII)))
+      out.force(true)
+    } finally out.close()
     Files.move(tmp, target, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING)
+    val dir = FileChannel.open(target.getParent, StandardOpenOption.READ)
+    try dir.force(true) finally dir.close()
   }
 
   /** The JSON line of a store file of `kind` and `version`; None when it is torn, damaged or of another format. */

@@ -15,7 +15,9 @@ import org.apache.spark.sql.streaming.StreamingQueryListener.{QueryProgressEvent
   *
   * Only the keys of `regional.protocol.settings.DEFAULTS` are recorded (the build writes them into the jar as
   * `setting-keys.txt`): a target's credentials among writeStream's options never reach the store. */
-class StartRecorder(session: SparkSession) extends StreamingQueryListener {
+class StartRecorder(sessionRef: java.lang.ref.WeakReference[SparkSession]) extends StreamingQueryListener {
+  // Weak: Spark keeps a session's streaming listener bus on the SparkContext, and so this listener; a strong
+  // reference would keep every session (Spark Connect's come and go) for the SparkContext's life.
   override def onQueryStarted(event: QueryStartedEvent): Unit =
     try record(event)
     catch {
@@ -27,6 +29,8 @@ class StartRecorder(session: SparkSession) extends StreamingQueryListener {
   override def onQueryTerminated(event: QueryTerminatedEvent): Unit = ()
 
   private def record(event: QueryStartedEvent): Unit = {
+    val session = sessionRef.get()
+    if (session == null) return
     val wrapper = session.streams.get(event.id)
     if (wrapper == null) return
     val execution = wrapper.getClass.getMethod("streamingQuery").invoke(wrapper)  // internal (Spark 4.2)
