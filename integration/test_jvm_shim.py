@@ -10,6 +10,7 @@ import time
 import zipfile
 
 import pytest
+from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
 import regional
@@ -79,6 +80,22 @@ def test_a_run_planned_on_an_earlier_runs_settings_stops_before_it_publishes(tmp
         "exception"], child
     assert child["published"] is False, child
     assert Store(str(tmp_path / "ck")).read_write_options() == {"maxDeadLettersPerEpoch": "7"}  # for the next run
+
+
+def test_a_second_run_whose_settings_nobody_records_plans_nothing(tmp_path):
+    """The first run's record was taken by its first plan: a second run with no listener and no shim (the
+    listener removed) finds no record, and refuses before it plans an epoch, rather
+    than plan on the first run's settings (a planned epoch would be replayed with them after a restart)."""
+    add_epoch_of_files(tmp_path / "in", ["a", "b"], "001", 3)
+    result = subprocess.run([sys.executable, "-m", "integration.stale_options_child", "--second-run-unregistered",
+                             str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    found = [line for line in result.stdout.splitlines() if line.startswith("CHILD-RESULT ")]
+    assert found, (result.stdout[-3000:], result.stderr[-5000:])
+    child = json.loads(found[0].removeprefix("CHILD-RESULT "))
+    assert child["exception"] and "settings were not recorded at query start" in child["exception"], child
+    first, second = child["planned"]
+    assert first >= 1 and second == first, child  # the second run planned no epoch
+    assert len(DeltaTable(str(tmp_path / "out")).to_pyarrow_table()) == 6  # the first run's, and no more
 
 
 def run_over_an_earlier_runs_settings(tmp_path, shim_jar: str) -> tuple[dict, str]:

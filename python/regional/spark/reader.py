@@ -83,7 +83,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def resolved_settings(self) -> Settings:
         """Defaults, conf, readStream's and writeStream's options (recorded by the listener at query start)."""
         if self.settings is None:
-            written = self.store.read_write_options()
+            written = self.store.take_write_options()  # this run's record, or none: never an earlier run's
             if written is None:
                 raise RegionalConfigError(
                     f"writeStream's regional settings were not recorded at query start in {self.store.root}: "

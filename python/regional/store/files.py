@@ -113,6 +113,12 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
+def move(source: Path, target: Path) -> None:
+    """Atomically: rename ``source`` over ``target`` (same directory), then fsync of the directory."""
+    os.replace(source, target)
+    _fsync_dir(target.parent)
+
+
 def _write_temporary(path: Path, data: bytes) -> Path:
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
     with open(tmp, "wb") as f:

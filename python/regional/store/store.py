@@ -7,6 +7,7 @@ Layout (every file in the format of ``store.files``: versioned, checksummed, ato
     intents/<epoch>.json   the write-ahead intent of phase two (decision and handles), written
                            before anything is published
     write-options.json     writeStream's regional settings, recorded by the listener at query start
+    write-options.taken.json  the same, once the source's first plan of the run has taken them
     latest-offsets.json    each region's end offset as the source last saw it (status shows the lag),
                            and its log start for sources with retention (status shows the headroom)
     starting-offsets.json  where the regions present when the query started begin (startingOffsets),
@@ -68,6 +69,7 @@ class Store:
         self._epochs = self.root / "epochs"
         self._intents = self.root / "intents"
         self._write_options = self.root / "write-options.json"
+        self._taken_write_options = self.root / "write-options.taken.json"
         self._latest_offsets = self.root / "latest-offsets.json"
         self._starting_offsets = self.root / "starting-offsets.json"
         self._final_request = self.root / "final-epoch-request.json"
@@ -192,15 +194,29 @@ class Store:
         files.write(self._write_options, "write-options",
                     {"run_id": run_id, "options": dict(options), "recorded_at": time.time()})
 
+    def take_write_options(self) -> dict[str, str] | None:
+        """The settings recorded at this run's start, for the source's first plan: the record is moved aside
+        (``write-options.taken.json``), so that a later run that records none finds none, rather than this
+        run's. None if there is no record this run has not taken."""
+        options = self._read_write_options(self._write_options)
+        if options is not None:
+            files.move(self._write_options, self._taken_write_options)
+        return options
+
     def read_write_options(self) -> dict[str, str] | None:
-        """writeStream's regional settings as recorded at the latest query start; None if never recorded."""
-        data = files.read(self._write_options, "write-options")
+        """writeStream's regional settings as recorded at the latest query start (taken by the source or not yet);
+        None if never recorded."""
+        fresh = self._read_write_options(self._write_options)
+        return fresh if fresh is not None else self._read_write_options(self._taken_write_options)
+
+    def _read_write_options(self, path: Path) -> dict[str, str] | None:
+        data = files.read(path, "write-options")
         if data is None:
             return None
         try:
             return {str(k): str(v) for k, v in data["options"].items()}
         except (KeyError, TypeError, AttributeError) as exc:
-            raise files.corrupt(self._write_options, f"{type(exc).__name__}: {exc}") from None
+            raise files.corrupt(path, f"{type(exc).__name__}: {exc}") from None
 
     # -- what the source last saw, for lag -------------------------------------------------
 
