@@ -48,3 +48,17 @@ def tasks_for(plan: EpochPlan, failing=(), quarantined=(), cut=None, attempt=0, 
             out.append(TaskOutcome(i, attempt, Outcome.WRITTEN, qid, r.region, r.start, end, end - r.start,
                                    r.start, end - 1, f"{r.region}@{r.start}-{end}#{attempt}"))
     return out
+
+
+def write_store_file(path, kind, data):
+    """A store file written straight to a local path, as the store would write it (tests damage stores with it)."""
+    from regional.store import files
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(files.encode(kind, data))
+
+
+def read_store_file(path, kind):
+    from regional.store import files
+
+    return files.decode(str(path), kind, path.read_bytes())

@@ -7,8 +7,9 @@ import time
 
 from regional.cli.status import render
 from regional.cli.timeline import COMMITTED, CUT, FALLEN_BACK, IDLE, MAX_ROWS, QUARANTINED, outcome_grid
-from regional.store import EpochKind, EpochRecord, FallBack, RegionState, Slice, Standing, Store, files
+from regional.store import EpochKind, EpochRecord, FallBack, RegionState, Slice, Standing, Store
 from regional.store.status import status
+from support import write_store_file
 
 
 def a_store(tmp_path, now):
@@ -69,7 +70,7 @@ def test_status_of_a_thousand_regions_reads_only_what_it_shows(tmp_path):
     for e in range(30):
         regions = {r: RegionState(10 * (e + 1), e) for r in regions}
         store.write_record(EpochRecord(e, EpochKind.GLOBAL, {}, {}, regions, recorded_at=float(e)))
-    files.write(tmp_path / "regional" / "epochs" / "000000000003.json", "epoch", {"damaged": True})
+    write_store_file(tmp_path / "regional" / "epochs" / "000000000003.json", "epoch", {"damaged": True})
     st = status(tmp_path, epochs=5)  # record 3 is neither shown nor referenced: never read
     assert [e.epoch for e in st.epochs] == [25, 26, 27, 28, 29] and len(st.regions) == 1000
 

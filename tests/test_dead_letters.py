@@ -122,7 +122,7 @@ def test_dead_letter_path_is_a_setting_with_conf_default_and_refuses_remote_sche
     assert resolve_settings(conf, {}, {}).dead_letter_path == f"{tmp_path}/dl"
     assert resolve_settings(conf, {}, {"deadLetterPath": "rel/dl"}).dead_letter_path.endswith("/rel/dl")
     assert resolve_settings({}, {}, {}).dead_letter_path is None
-    with pytest.raises(RegionalConfigError, match="only local paths"):
+    with pytest.raises(RegionalConfigError, match="takes a local path"):
         resolve_settings({}, {"deadletterpath": "s3://bucket/dl"}, {})
 
 

@@ -8,6 +8,7 @@ import os
 import pickle
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -360,7 +361,7 @@ def test_a_damaged_manifest_is_a_clear_error(inp, ck):
     s.available(1)
     put(inp, "a", "3", ["z"])
     s.available(2)
-    directory = Store(ck).source_log("files").directory
+    directory = Path(Store(ck).source_log("files").directory)
     names = sorted(os.listdir(directory))
     assert [re.sub(r"^\d+", "", n) for n in names] == [".snapshot.json", ".delta.json", ".delta.json"]
     (directory / names[1]).unlink()
@@ -377,7 +378,7 @@ def test_the_manifest_stays_bounded_and_compaction_keeps_the_state(inp, ck, monk
     monkeypatch.setattr(source_log_module, "MIN_SNAPSHOT_BYTES", 2000)
     regions = [f"r{i:02d}" for i in range(20)]
     s = source(inp, ck)
-    directory = Store(ck).source_log("files").directory
+    directory = Path(Store(ck).source_log("files").directory)
     sizes = []
     for epoch in range(60):
         for r in regions[epoch % 3::3]:

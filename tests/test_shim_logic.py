@@ -10,9 +10,9 @@ from regional.protocol.plan import plan_epoch
 from regional.protocol.settings import Settings
 from regional.spark.reader import RegionalStreamReader
 from regional.spark.shim import FEATURES, ShimState, check_spark_version
-from regional.store import EpochKind, EpochRecord, RegionState, Standing, Store, files
+from regional.store import EpochKind, EpochRecord, RegionState, Standing, Store
 from regional.store.model import TaskFailure
-from support import QUERY, MemoryTarget
+from support import QUERY, MemoryTarget, write_store_file
 
 
 def test_the_version_switch_refuses_other_spark_lines():
@@ -79,13 +79,13 @@ def test_the_store_reads_what_the_shim_writes(tmp_path):
     store = Store(tmp_path)
     assert store.read_query_plan() is None and store.read_failures(2) == {}
     # the JVM shim writes these (RegionalShim.writeStoreFile), in the store's file format
-    files.write(tmp_path / "regional" / "query-plan.json", "query-plan",
+    write_store_file(tmp_path / "regional" / "query-plan.json", "query-plan",
                 {"regional_epochs": False, "operator": "Repartition", "reason": "repartition(2) mixes"})
     check = store.read_query_plan()
     assert check is not None and not check.regional_epochs and check.operator == "Repartition"
     failures = tmp_path / "regional" / "failures" / "2"
     for attempt in (1, 0):
-        files.write(failures / f"3-{attempt}.json", "failure",
+        write_store_file(failures / f"3-{attempt}.json", "failure",
                     {"partition": 3, "attempt": attempt, "executor": "driver", "exception_class": "X",
                      "message": f"m{attempt}"})
     (failures / ".3-2.json.tmp").write_text("{torn")

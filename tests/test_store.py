@@ -17,8 +17,8 @@ from regional.errors import RegionalConfigError, RegionalStoreError
 from regional.protocol.plan import plan_epoch
 from regional.protocol.settings import Settings
 from regional.spark.reader import RegionalStreamReader
-from regional.store import EpochKind, EpochRecord, FallBack, Intent, RegionState, Slice, Standing, Store, files
-from support import MemoryTarget, tasks_for
+from regional.store import EpochKind, EpochRecord, FallBack, Intent, RegionState, Slice, Standing, Store
+from support import MemoryTarget, read_store_file, tasks_for, write_store_file
 
 
 def record(epoch, regions, kind=EpochKind.GLOBAL, committed=None, fallen=None):
@@ -69,9 +69,9 @@ def test_region_columns_of_different_lengths_are_a_corrupt_record(tmp_path):
     store = Store(tmp_path)
     store.write_record(record(0, {"a": RegionState(5, 0), "b": RegionState(3, 0)}))
     path = tmp_path / "regional" / "epochs" / "000000000000.json"
-    data = files.read(path, "epoch")
+    data = read_store_file(path, "epoch")
     data["regions"]["committed_offset"].pop()  # rewritten with a valid checksum: only the shape is wrong
-    files.write(path, "epoch", data)
+    write_store_file(path, "epoch", data)
     with pytest.raises(RegionalStoreError, match=r"000000000000\.json is corrupt"):
         store.read_record(0)
 
@@ -134,9 +134,11 @@ def test_prune_keeps_the_newest_and_every_referenced_epoch(tmp_path):
     assert list((tmp_path / "regional" / "intents").glob("*.json")) == []
 
 
-def test_only_local_checkpoints():
-    with pytest.raises(RegionalConfigError, match="local file system"):
-        Store("s3://bucket/ck")
+def test_checkpoints_on_unsupported_schemes_are_refused_naming_the_option():
+    with pytest.raises(RegionalConfigError, match=r"checkpointLocation='hdfs://nn/ck'.*not hdfs:"):
+        Store("hdfs://nn/ck")
+    with pytest.raises(RegionalConfigError, match="not a valid bucket name"):
+        Store("s3a://B@d/ck")
 
 
 def test_a_stop_request_counts_only_for_the_run_that_made_it(tmp_path):
@@ -249,6 +251,6 @@ def test_missing_store_files_never_read_as_done(tmp_path):
 
 def test_a_file_of_another_kind_is_refused(tmp_path):
     path = tmp_path / "x.json"
-    files.write(path, "intent", {"a": 1})
+    write_store_file(path, "intent", {"a": 1})
     with pytest.raises(RegionalStoreError, match="'intent' file where a 'epoch' file belongs"):
-        files.read(path, "epoch")
+        read_store_file(path, "epoch")

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from regional.errors import RegionalStoreError
-from regional.store import Store, files
+from regional.store import Store
+from support import write_store_file
 from test_store import a_running_store, rerun_epoch_1
 
 POSITIONS = 24  # random positions per kind, for truncation and for bit flips
@@ -27,10 +28,10 @@ ERROR = object()  # a deleted file that must be an error
 def _prepared(root: Path):
     store, target = a_running_store(root)
     store.record_latest_offsets(1, {"a": 9, "b": 9}, {"a": 0, "b": 0})
-    files.write(store.root / "starting-offsets.json", "starting-offsets", {"a": 0, "b": 0})
-    files.write(store.root / "query-plan.json", "query-plan", {"regional_epochs": True, "operator": None,
+    write_store_file(store.root / "starting-offsets.json", "starting-offsets", {"a": 0, "b": 0})
+    write_store_file(store.root / "query-plan.json", "query-plan", {"regional_epochs": True, "operator": None,
                                                                "reason": None})
-    files.write(store.root / "failures" / "1" / "0-0.json", "failure", {
+    write_store_file(store.root / "failures" / "1" / "0-0.json", "failure", {
         "partition": 0, "attempt": 0, "executor": "driver", "exception_class": "ValueError", "message": "x"})
     return store, target
 
@@ -112,5 +113,5 @@ def test_each_damage_at_random_positions_is_an_error_naming_the_file_or_changes_
 
 
 def _copy(store: Store, to: Path) -> Path:
-    shutil.copytree(store.checkpoint, to)
+    shutil.copytree(store.checkpoint.local_path(), to)
     return to

@@ -1,15 +1,23 @@
 """The one parser of the locations regional is given: the checkpoint, the files source's ``path``, the Delta
-target's ``path`` and ``deadLetterPath``.
+target's ``path`` and ``deadLetterPath``. Pure: it names places, ``regional.storage`` reaches them.
 
-A location is a local path or a ``file:`` URI (``file:/dir``, ``file:///dir``); it is made absolute, since
-Spark's tasks and driver may run in other working directories. Any other scheme (``s3a://``, ``hdfs://``)
-is refused with an error naming the option: regional's own reads and writes are local file operations.
+A location is one of:
+
+- a local path or a ``file:`` URI (``file:/dir``, ``file:///dir``), made absolute, since Spark's tasks and
+  driver may run in other working directories;
+- ``s3://bucket/key`` or ``s3a://bucket/key`` (the same object: users give Spark ``s3a://``);
+- ``gs://bucket/key``;
+- ``abfss://container@account.dfs.core.windows.net/key`` (or ``abfs://``).
+
+Any other scheme (``hdfs://``) is refused with an error naming the option.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from regional.errors import RegionalConfigError
@@ -17,22 +25,98 @@ from regional.errors import RegionalConfigError
 # ``file:`` (any case; ``file:x`` is relative), or another scheme followed by a slash (``s3a://b/k``). A colon
 # elsewhere (``data:2024/x``) is part of a name.
 _SCHEME = re.compile(r"^(file(?=:)|[A-Za-z][A-Za-z0-9+.-]*(?=:/)):", re.IGNORECASE)
+# The scheme as written -> the storage it names. s3a/s3n are Hadoop's names for S3.
+SCHEMES = {"file": "file", "s3": "s3", "s3a": "s3", "s3n": "s3", "gs": "gs", "abfs": "az", "abfss": "az"}
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-_]{1,254}$")
+_AZURE = re.compile(r"^[a-z0-9][a-z0-9\-]{1,62}@[a-z0-9]{3,24}\.(dfs|blob)\.core\.windows\.net$")
 
 
-def local_path(key: str, value: str | os.PathLike[str]) -> Path:
-    """``value`` (given as option ``key``) as an absolute local path."""
+@dataclass(frozen=True)
+class Location:
+    """A place regional reads or writes. ``scheme`` is the storage (``file``, ``s3``, ``gs``, ``az``);
+    ``container`` the bucket (``az``: ``container@account.dfs.core.windows.net``), empty for ``file``; ``path``
+    the absolute path (``file``) or the key prefix without surrounding slashes. ``str()`` is its one
+    canonical spelling (``s3a://b/k`` and ``s3://b/k`` are one location); ``given`` is what the user wrote."""
+
+    scheme: str
+    container: str
+    path: str
+    given: str = field(default="", compare=False)
+
+    @property
+    def is_local(self) -> bool:
+        return self.scheme == "file"
+
+    def local_path(self) -> Path:
+        if not self.is_local:
+            raise ValueError(f"{self} is not on the local file system")
+        return Path(self.path)
+
+    def child(self, name: str) -> Location:
+        """The location ``name`` ('/'-separated, relative) below this one."""
+        parts = [p for p in name.split("/") if p]
+        if not parts:
+            return self
+        if any(p in (".", "..") for p in parts):
+            raise ValueError(f"{name!r} is not a plain relative name")
+        path = posixpath.join(self.path, *parts) if self.path else "/".join(parts)
+        return Location(self.scheme, self.container, path, "")
+
+    def __str__(self) -> str:
+        if self.is_local:
+            return self.path
+        prefix = "abfss" if self.scheme == "az" else self.scheme
+        return f"{prefix}://{self.container}/{self.path}" if self.path else f"{prefix}://{self.container}"
+
+
+def parse_location(key: str, value: str | os.PathLike[str]) -> Location:
+    """``value``, given as option ``key``, as a location; a clear error naming ``key`` if it is not one."""
     text = os.fspath(value).strip()
     if not text:
         raise RegionalConfigError(f"{key} is empty: give a directory")
-    scheme = _SCHEME.match(text)
-    if scheme is not None:
-        if scheme.group(1).lower() != "file":
-            raise RegionalConfigError(
-                f"{key}={text!r}: only local paths (or file:) are supported, not {scheme.group(1)}:; regional reads "
-                "and writes it with local file operations: give a directory on the local file system, or a mounted "
-                "one that the driver and every executor can reach")
-        text = re.sub(r"^file:(//)?", "", text, flags=re.IGNORECASE)
-    return Path(os.path.abspath(text))
+    match = _SCHEME.match(text)
+    written = match.group(1).lower() if match else "file"
+    scheme = SCHEMES.get(written)
+    if scheme is None:
+        raise RegionalConfigError(
+            f"{key}={text!r}: regional reads and writes local paths (or file:), s3:// (s3a://), gs:// and "
+            f"abfss:// locations, not {written}:; give one of those, or a mounted directory that the driver and "
+            "every executor can reach")
+    if scheme == "file":
+        local = re.sub(r"^file:(//)?", "", text, flags=re.IGNORECASE)
+        return Location("file", "", os.path.abspath(local), text)
+    rest = text[match.end():] if match else text
+    if not rest.startswith("//"):
+        raise RegionalConfigError(f"{key}={text!r}: write it as {written}://<bucket>/<path>")
+    container, _slash, key_path = rest[2:].partition("/")
+    container = container.lower() if scheme == "az" else container
+    pattern = _AZURE if scheme == "az" else _BUCKET
+    if not pattern.match(container):
+        what = "container@account.dfs.core.windows.net" if scheme == "az" else "bucket name"
+        raise RegionalConfigError(f"{key}={text!r}: {container!r} is not a valid {what}")
+    parts = [p for p in key_path.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise RegionalConfigError(f"{key}={text!r}: '.' and '..' are not allowed in an object store path")
+    return Location(scheme, container, "/".join(parts), text)
+
+
+def optional_location(key: str, value: str | None) -> Location | None:
+    """Like ``parse_location``, for an optional setting: empty means not set (None)."""
+    if value is None or not value.strip():
+        return None
+    return parse_location(key, value)
+
+
+def local_path(key: str, value: str | os.PathLike[str]) -> Path:
+    """``value`` (given as option ``key``) as an absolute local path, for what regional reads and writes only
+    locally so far; an object store location is refused naming the option."""
+    location = parse_location(key, value)
+    if not location.is_local:
+        raise RegionalConfigError(
+            f"{key}={location.given!r}: this option takes a local path (or file:) only, for now; the checkpoint "
+            "may be on object storage, but this must be a directory on the local file system, or a mounted one "
+            "that the driver and every executor can reach")
+    return location.local_path()
 
 
 def optional_local_path(key: str, value: str | None) -> str | None:

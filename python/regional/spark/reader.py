@@ -286,6 +286,10 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(self.input, RetainedInput) and epoch > self.told_epoch:  # no store read for other inputs
             self._tell_input(self.store.read_record(epoch))
 
+    def stop(self) -> None:
+        """The query stopped: the next run need not wait out this driver's lease on an object store."""
+        self.store.release_fence()
+
     def _tell_input(self, record: EpochRecord | None) -> None:
         if record is None or record.epoch <= self.told_epoch or not isinstance(self.input, RetainedInput):
             return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import logging
 import os
 import re
@@ -51,6 +52,7 @@ def register(spark: SparkSession) -> None:
     connect = is_connect(spark)
     if not connect:
         _check_python(spark)
+        _export_storage_conf(spark)
     _check_task_retries(spark, policy)
     state = shim.connect_state(spark) if connect else shim.install(spark)
     _shims[id(spark)] = state
@@ -68,6 +70,22 @@ def register(spark: SparkSession) -> None:
         _listeners[id(spark)] = RegionalListener(spark, record_settings=not state.loaded)
         spark.streams.addListener(_listeners[id(spark)])
         atexit.register(_detach, spark)
+
+
+def _export_storage_conf(spark: SparkSession) -> None:
+    """Hand the session's object store settings (``spark.hadoop.fs.s3a.*``, ...) to regional's own reads and
+    writes: this process's environment, and ``SparkContext.environment``, which Spark passes to every Python
+    worker it starts (the data source's planner on the driver, the tasks on the executors). They stay in
+    those processes' memory (see ``regional.storage.config``)."""
+    from regional.storage.config import STORAGE_CONF_ENV, hadoop_storage_conf
+
+    items = list(spark.sparkContext.getConf().getAll()) + list(spark.conf.getAll.items())  # the session's win
+    conf = hadoop_storage_conf(items)
+    if not conf:
+        return
+    value = json.dumps(conf, sort_keys=True)
+    os.environ[STORAGE_CONF_ENV] = value
+    spark.sparkContext.environment[STORAGE_CONF_ENV] = value
 
 
 def is_connect(spark: SparkSession | StreamingQuery) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -29,6 +30,7 @@ from regional.protocol.decide import Outcome, TaskOutcome
 from regional.protocol.settings import conf_settings, given_settings, parse_bool
 from regional.spark.offset_log import read_plan
 from regional.spark.task_files import TaskFiles, TaskKey
+from regional.storage import open_storage
 from regional.store import Store
 from regional.targets import dead_letter_target, load_target
 from regional.targets.base import MIXED_REGIONS, QUERY_ID_OPTION, Target, chain_first
@@ -175,11 +177,11 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         given = given_settings(options)
         recorded = store.read_write_options()
         if recorded is None:  # the source refuses to plan without them: this records them for the next start
-            store.record_write_options("writer", given)
+            store.record_write_options(f"writer-{uuid.uuid4()}", given)
         elif recorded != given:
             # The source planned this run with settings from an earlier run (this run's start was not recorded):
             # record them for the next run, and stop this one before it publishes anything under the old ones.
-            store.record_write_options("writer", given)
+            store.record_write_options(f"writer-{uuid.uuid4()}", given)
             raise RegionalConfigError(
                 f"writeStream's regional settings {given} were not recorded when this run started, and the source "
                 f"planned with an earlier run's {recorded}: call regional.register(spark) before starting the "
@@ -290,7 +292,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         store = Store(self.checkpoint)
-        plan = read_plan(store.checkpoint, batchId)
+        plan = read_plan(open_storage(store.checkpoint), batchId)
         if plan.epoch != batchId:
             raise RegionalPlanError(f"Spark's batch {batchId} carries the regional plan of epoch {plan.epoch}")
         target = self._target()

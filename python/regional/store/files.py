@@ -1,6 +1,6 @@
-"""The store's file format: every file versioned, checksummed and written atomically.
+"""The store's file format: every file versioned, checksummed and written whole.
 
-A store file is two lines::
+Files are read and written through the store's ``regional.storage.Storage``. A store file is two lines::
 
     regional <kind> v<version> sha256=<hex digest of line 2>
     <JSON>
@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import uuid
-from pathlib import Path
 from typing import Any
 
 from regional.errors import RegionalStoreError
+from regional.storage import Storage
 
 VERSIONS: dict[str, int] = {
     "query": 1,  # query.json: the query id
@@ -45,92 +43,48 @@ def encode(kind: str, data: Any) -> bytes:
     return header.encode("ascii") + body + b"\n"
 
 
-def decode(path: Path, kind: str, raw: bytes) -> Any:
-    """The JSON value stored in ``raw`` (the bytes of ``path``), checked."""
+def decode(where: str, kind: str, raw: bytes) -> Any:
+    """The JSON value stored in ``raw`` (the bytes of the file at ``where``), checked."""
     header, newline, rest = raw.partition(b"\n")
     parts = header.decode("ascii", errors="replace").split(" ")
     if not newline or len(parts) != 4 or parts[0] != "regional" or not parts[3].startswith("sha256="):
-        raise corrupt(path, "it does not start with a regional store header (torn, or not written by regional)")
+        raise corrupt(where, "it does not start with a regional store header (torn, or not written by regional)")
     if parts[1] != kind:
-        raise corrupt(path, f"it holds a {parts[1]!r} file where a {kind!r} file belongs")
+        raise corrupt(where, f"it holds a {parts[1]!r} file where a {kind!r} file belongs")
     readable = [f"v{v}" for v in (VERSIONS[kind], *ALSO_READS.get(kind, ()))]
     if parts[2] not in readable:
         raise RegionalStoreError(
-            f"the regional store file {path} has format {parts[2]}, and this regional reads {kind} files of "
+            f"the regional store file {where} has format {parts[2]}, and this regional reads {kind} files of "
             f"format {' or '.join(readable)} only: it was written by another version of regional. Run the query "
             "with that version, or start a new checkpointLocation"
         )
     body = rest[:-1] if rest.endswith(b"\n") else rest
     if hashlib.sha256(body).hexdigest() != parts[3][len("sha256="):]:
-        raise corrupt(path, "its checksum does not match its content (torn or damaged)")
+        raise corrupt(where, "its checksum does not match its content (torn or damaged)")
     try:
         return json.loads(body)
     except ValueError as exc:
-        raise corrupt(path, f"unreadable JSON: {exc}") from None
+        raise corrupt(where, f"unreadable JSON: {exc}") from None
 
 
-def read(path: Path, kind: str) -> Any | None:
+def read(storage: Storage, name: str, kind: str) -> Any | None:
     """The value of a store file, or None when the file does not exist."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise RegionalStoreError(f"cannot read the regional store file {path}: {exc}") from None
-    return decode(path, kind, raw)
+    raw = storage.read(name)
+    return None if raw is None else decode(storage.describe(name), kind, raw)
 
 
-def write(path: Path, kind: str, data: Any) -> None:
-    """Atomically: a hidden temporary file, fsync, rename, fsync of the directory."""
-    atomic_write_bytes(path, encode(kind, data))
+def write(storage: Storage, name: str, kind: str, data: Any) -> None:
+    """Create or replace the file, whole (``Storage.write``)."""
+    storage.write(name, encode(kind, data))
 
 
-def create_exclusive(path: Path, kind: str, data: Any) -> bool:
-    """Write ``path`` only if it does not exist yet (two creators: exactly one wins). True if this one did."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _write_temporary(path, encode(kind, data))
-    try:
-        os.link(tmp, path)  # fails if path exists: atomic create-if-absent
-        _fsync_dir(path.parent)
-        return True
-    except FileExistsError:
-        return False
-    finally:
-        tmp.unlink(missing_ok=True)
+def create_exclusive(storage: Storage, name: str, kind: str, data: Any) -> bool:
+    """Write the file only if it does not exist yet (two creators: exactly one wins). True if this one did."""
+    return storage.create(name, encode(kind, data))
 
 
-def corrupt(path: Path, why: str) -> RegionalStoreError:
+def corrupt(where: str, why: str) -> RegionalStoreError:
     return RegionalStoreError(
-        f"the regional store file {path} is corrupt: {why}. Nothing was published from it. Restore the file "
+        f"the regional store file {where} is corrupt: {why}. Nothing was published from it. Restore the file "
         "from a backup; otherwise start the query on a new checkpointLocation (its input is then read again)"
     )
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _write_temporary(path, data)
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def move(source: Path, target: Path) -> None:
-    """Atomically: rename ``source`` over ``target`` (same directory), then fsync of the directory."""
-    os.replace(source, target)
-    _fsync_dir(target.parent)
-
-
-def _write_temporary(path: Path, data: bytes) -> Path:
-    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    return tmp
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -1,26 +1,26 @@
 """A source's own durable state in the store: a snapshot and the changes since, as numbered files.
 
 ``<store>/sources/<source>/<seq>.snapshot.json`` holds the whole state, ``<seq>.delta.json`` what changed
-after the file before it; both in the store's format (``store.files``: versioned, checksummed, atomic).
+after the file before it; both in the store's format (``store.files``: versioned, checksummed, written once).
 The state is the newest snapshot with every later delta applied in order (the source applies them: this
 module does not know what they mean). A delta costs what changed, not the whole state; a new snapshot is
 written when the deltas since the last one weigh as much as it (or number ``MAX_DELTAS``), so the log stays
 within about twice the state's size and a restart reads at most ``MAX_DELTAS`` + 1 files. Files before the
 newest snapshot are removed after it is written (a crash in between leaves them; they are ignored).
 
-Only the driver writes here, under the store's driver lock. A gap in the numbers after the newest snapshot,
+Only the driver writes here, under the store's driver fence; each number is created once (create-if-absent).
+A gap in the numbers after the newest snapshot,
 or a delta with no snapshot before it, is a damaged store: a clear ``RegionalStoreError``, never a guess.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 import re
-from pathlib import Path
 from typing import Any
 
 from regional.errors import RegionalStoreError
+from regional.storage import Storage
 from regional.store import files
 
 KIND = "source-log"
@@ -30,8 +30,9 @@ _NAME = re.compile(r"^([0-9]{12})\.(snapshot|delta)\.json$")
 
 
 class SourceLog:
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.directory = storage.describe()
         self.seq = -1  # the newest file's number; -1 before the first
         self.snapshot_bytes = 0
         self.delta_bytes = 0  # written since the newest snapshot
@@ -41,12 +42,8 @@ class SourceLog:
         return f"SourceLog({str(self.directory)!r})"
 
     def _listing(self) -> list[tuple[int, str]]:
-        try:
-            names = os.listdir(self.directory)
-        except FileNotFoundError:
-            return []
-        found = [(int(m.group(1)), m.group(2)) for n in names if (m := _NAME.match(n))]
-        return sorted(found)
+        names = (info.name.rpartition("/")[2] for info in self.storage.list())
+        return sorted((int(m.group(1)), m.group(2)) for n in names if (m := _NAME.match(n)))
 
     def exists(self) -> bool:
         return bool(self._listing())
@@ -71,13 +68,14 @@ class SourceLog:
                     "checkpointLocation")
         values, sizes = [], []
         for seq, kind in rest:
-            path = self.directory / _file_name(seq, kind)
-            value = files.read(path, KIND)
-            if value is None:
-                raise RegionalStoreError(f"the regional store's source log file {path} vanished while it was "
-                                         "read: is another process removing files of the regional store?")
-            values.append(value)
-            sizes.append(path.stat().st_size)
+            name = _file_name(seq, kind)
+            raw = self.storage.read(name)
+            if raw is None:
+                raise RegionalStoreError(f"the regional store's source log file {self.storage.describe(name)} "
+                                         "vanished while it was read: is another process removing files of the "
+                                         "regional store?")
+            values.append(files.decode(self.storage.describe(name), KIND, raw))
+            sizes.append(len(raw))
         self.seq = rest[-1][0]
         self.snapshot_bytes, self.delta_bytes, self.deltas = sizes[0], sum(sizes[1:]), len(sizes) - 1
         return values[0], values[1:]
@@ -90,22 +88,30 @@ class SourceLog:
     def write_snapshot(self, state: Any) -> None:
         """The whole state, as the newest file; the older files are removed after it is written."""
         data = files.encode(KIND, state)
-        self.seq += 1
-        files.atomic_write_bytes(self.directory / _file_name(self.seq, "snapshot"), data)
+        self._create(self.seq + 1, "snapshot", data)
         self.snapshot_bytes, self.delta_bytes, self.deltas = len(data), 0, 0
         for seq, kind in self._listing():
             if seq < self.seq:
-                (self.directory / _file_name(seq, kind)).unlink(missing_ok=True)
+                self.storage.delete(_file_name(seq, kind))
 
     def append(self, delta: Any) -> None:
         """What changed since the newest file."""
         if self.seq < 0:
             raise RegionalStoreError(f"{self}: a delta needs a snapshot before it (write_snapshot first)")
         data = files.encode(KIND, delta)
-        self.seq += 1
-        files.atomic_write_bytes(self.directory / _file_name(self.seq, "delta"), data)
+        self._create(self.seq + 1, "delta", data)
         self.delta_bytes += len(data)
         self.deltas += 1
+
+    def _create(self, seq: int, kind: str, data: bytes) -> None:
+        """File ``seq`` is written once: a second writer of the same number (another driver) is refused."""
+        name = _file_name(seq, kind)
+        if not self.storage.create(name, data):
+            raise RegionalStoreError(
+                f"the regional store's source log file {self.storage.describe(name)} was written by another "
+                "process first: two drivers are running the query. This one stops; start it again once the "
+                "other has stopped")
+        self.seq = seq
 
     def total_bytes(self) -> int:
         return self.snapshot_bytes + self.delta_bytes

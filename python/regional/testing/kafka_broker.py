@@ -11,52 +11,22 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from regional.testing import maven
+
 log = logging.getLogger("regional.testing.kafka")
 KAFKA_VERSION = "4.1.1"
-CACHE = Path(os.environ.get("REGIONAL_CACHE", Path.home() / ".cache" / "regional"))
 START_TIMEOUT_S = 90.0
-
-_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>regional</groupId><artifactId>kafka-broker</artifactId><version>1</version>
-  <dependencies>
-    <dependency><groupId>org.apache.kafka</groupId><artifactId>kafka_2.13</artifactId>
-      <version>{version}</version></dependency>
-  </dependencies>
-</project>
-"""
-
 
 def broker_jars(version: str = KAFKA_VERSION) -> Path:
     """The directory of the broker's jars, fetched with Maven on first use."""
-    home = CACHE / f"kafka-{version}"
-    lib = home / "lib"
-    if (home / "complete").exists():
-        return lib
-    if shutil.which("mvn") is None:
-        raise RuntimeError("the Kafka broker's jars are fetched with Maven: install Maven (apt-get install maven)")
-    CACHE.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="kafka-jars-", dir=CACHE))
-    (work / "pom.xml").write_text(_POM.format(version=version))
-    subprocess.run(["mvn", "-q", "-B", "-f", str(work / "pom.xml"), "dependency:copy-dependencies",
-                    "-DincludeScope=runtime", f"-DoutputDirectory={work / 'lib'}"], check=True,
-                   stdout=subprocess.DEVNULL)
-    if lib.exists():
-        shutil.rmtree(lib)
-    home.mkdir(parents=True, exist_ok=True)
-    (work / "lib").rename(lib)
-    shutil.rmtree(work, ignore_errors=True)
-    (home / "complete").write_text(version)
-    return lib
+    return maven.fetch(f"kafka-{version}", [f"org.apache.kafka:kafka_2.13:{version}"])
 
 
 def free_port() -> int:

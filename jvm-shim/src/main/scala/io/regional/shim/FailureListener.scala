@@ -45,7 +45,7 @@ class FailureListener extends SparkListener {
     for {
       root <- RegionalShim.checkpointRoot(queryId)
       store <- RegionalShim.storeDir(root)
-      if java.nio.file.Files.isDirectory(store)
+      if RegionalShim.storeExists(store)
     } {
       val info = event.taskInfo
       val (exceptionClass, message) = reason match {

@@ -1,6 +1,5 @@
 package io.regional.shim
 
-import java.nio.file.Files
 
 import scala.util.control.NonFatal
 
@@ -53,25 +52,26 @@ object KeepAlive {
     val root = parent.getParent
     if (root == null) return None
     RegionalShim.storeDir(root.toString).flatMap { store =>
-      val refs = store.resolve(ReferencedEpochsFile)
-      if (!Files.isDirectory(store) || !Files.exists(refs)) None
-      else {
-        try {
-          // A JSON array of epoch numbers in the store's file format; unreadable keeps the entry.
-          RegionalShim.readStoreFile(refs, ReferencedEpochsFile, 1) match {
-            case Some(json) =>
-              val epochs = json.trim.stripPrefix("[").stripSuffix("]").split(",").map(_.trim).filter(_.nonEmpty)
-                .map(_.toLong).toSet
-              if (epochs.contains(epoch)) Some(epoch) else None
-            case None =>
-              RegionalShim.warn(s"regional: $refs is torn or of another format; keeping $p")
-              Some(epoch)
-          }
-        } catch {
-          case NonFatal(e) =>
-            RegionalShim.warn(s"regional: cannot read $refs ($e); keeping $p")
-            Some(epoch)
+      val refs = new Path(store, ReferencedEpochsFile)
+      try {
+        RegionalShim.readStoreBytes(store, ReferencedEpochsFile) match {
+          case None => None
+          case Some(raw) =>
+            // A JSON array of epoch numbers in the store's file format; unreadable keeps the entry.
+            RegionalShim.readStoreFile(raw, ReferencedEpochsFile, 1) match {
+              case Some(json) =>
+                val epochs = json.trim.stripPrefix("[").stripSuffix("]").split(",").map(_.trim).filter(_.nonEmpty)
+                  .map(_.toLong).toSet
+                if (epochs.contains(epoch)) Some(epoch) else None
+              case None =>
+                RegionalShim.warn(s"regional: $refs is torn or of another format; keeping $p")
+                Some(epoch)
+            }
         }
+      } catch {
+        case NonFatal(e) =>
+          RegionalShim.warn(s"regional: cannot read $refs ($e); keeping $p")
+          Some(epoch)
       }
     }
   }

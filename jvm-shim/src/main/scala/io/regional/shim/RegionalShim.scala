@@ -9,6 +9,7 @@ import java.util.UUID
 import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
 
+import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.SparkSession
 import org.slf4j.LoggerFactory
@@ -78,24 +79,46 @@ object RegionalShim {
     }.nextOption()
   }
 
-  /** `<checkpoint>/regional` as a local directory, if the checkpoint is local (the store is local-only). */
-  def storeDir(checkpointRoot: String): Option[java.nio.file.Path] = {
-    val uri = new Path(checkpointRoot).toUri
-    if (uri.getScheme == null || uri.getScheme == "file") Some(Paths.get(uri.getPath, StoreDir)) else None
+  /** `<checkpoint>/regional`, on whatever file system the checkpoint is (local, s3a, ...). */
+  def storeDir(checkpointRoot: String): Option[Path] = Some(new Path(new Path(checkpointRoot), StoreDir))
+
+  /** The Hadoop configuration of the running application (the session's `spark.hadoop.*`: s3a's endpoint,
+    * keys, ...). */
+  def hadoopConf(): Configuration =
+    SparkSession.getActiveSession.orElse(SparkSession.getDefaultSession)
+      .map(_.sparkContext.hadoopConfiguration).getOrElse(new Configuration())
+
+  private def isLocal(p: Path): Boolean = {
+    val scheme = p.toUri.getScheme
+    scheme == null || scheme == "file"
   }
 
-  /** Writes `relative` under the store atomically (temporary file, then rename) in the store's file format
-    * (regional.store.files): a header line `regional <kind> v<version> sha256=<hex of line 2>`, then the JSON. */
-  def writeStoreFile(store: java.nio.file.Path, relative: String, kind: String, version: Int, content: String): Unit = {
-    val target = store.resolve(relative)
-    Files.createDirectories(target.getParent)
+  private def localPath(p: Path): java.nio.file.Path = Paths.get(p.toUri.getPath)
+
+  /** Whether the Python side has created the store (its query.json): the shim writes into existing stores only. */
+  def storeExists(store: Path): Boolean =
+    if (isLocal(store)) Files.exists(localPath(store).resolve("query.json"))
+    else store.getFileSystem(hadoopConf()).exists(new Path(store, "query.json"))
+
+  /** Writes `relative` under the store whole, in the store's file format (regional.store.files): a header line
+    * `regional <kind> v<version> sha256=<hex of line 2>`, then the JSON. Locally a temporary file, fsync, rename
+    * and fsync of the directory, as the Python side's; on an object store one PUT (S3A writes on close). */
+  def writeStoreFile(store: Path, relative: String, kind: String, version: Int, content: String): Unit = {
     val body = content.getBytes(StandardCharsets.UTF_8)
     val header = s"regional $kind v$version sha256=${sha256Hex(body)}\n".getBytes(StandardCharsets.US_ASCII)
+    val bytes = header ++ body ++ "\n".getBytes(StandardCharsets.US_ASCII)
+    if (!isLocal(store)) {
+      val target = new Path(store, relative)
+      val out = target.getFileSystem(hadoopConf()).create(target, true)
+      try out.write(bytes) finally out.close()
+      return
+    }
+    val target = localPath(store).resolve(relative)
+    Files.createDirectories(target.getParent)
     val tmp = target.getParent.resolve(s".${target.getFileName}.${UUID.randomUUID()}.tmp")
-    // As the Python side's files.write: the bytes reach the disk before the rename, and the rename before return.
     val out = FileChannel.open(tmp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)
     try {
-      out.write(ByteBuffer.wrap(header ++ body ++ "\n".getBytes(StandardCharsets.US_ASCII)))
+      out.write(ByteBuffer.wrap(bytes))
       out.force(true)
     } finally out.close()
     Files.move(tmp, target, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING)
@@ -103,9 +126,26 @@ object RegionalShim {
     try dir.force(true) finally dir.close()
   }
 
+  def deleteStoreFile(store: Path, relative: String): Unit =
+    if (isLocal(store)) Files.deleteIfExists(localPath(store).resolve(relative))
+    else { val p = new Path(store, relative); p.getFileSystem(hadoopConf()).delete(p, false) }
+
+  /** The bytes of a store file; None when it does not exist. */
+  def readStoreBytes(store: Path, relative: String): Option[Array[Byte]] =
+    if (isLocal(store)) {
+      val p = localPath(store).resolve(relative)
+      if (Files.exists(p)) Some(Files.readAllBytes(p)) else None
+    } else {
+      val p = new Path(store, relative)
+      val fs = p.getFileSystem(hadoopConf())
+      try {
+        val in = fs.open(p)
+        try Some(in.readAllBytes()) finally in.close()
+      } catch { case _: java.io.FileNotFoundException => None }
+    }
+
   /** The JSON line of a store file of `kind` and `version`; None when it is torn, damaged or of another format. */
-  def readStoreFile(path: java.nio.file.Path, kind: String, version: Int): Option[String] = {
-    val raw = Files.readAllBytes(path)
+  def readStoreFile(raw: Array[Byte], kind: String, version: Int): Option[String] = {
     val newline = raw.indexOf('\n'.toByte)
     if (newline < 0) return None
     val header = new String(raw.take(newline), StandardCharsets.US_ASCII).split(" ")

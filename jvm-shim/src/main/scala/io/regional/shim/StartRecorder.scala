@@ -41,7 +41,7 @@ class StartRecorder(sessionRef: java.lang.ref.WeakReference[SparkSession]) exten
     RegionalShim.storeDir(root).foreach { store =>
       // A previous run's record goes first: if this run's cannot be made, the source finds none and refuses
       // to plan, rather than plan with settings writeStream may no longer give.
-      java.nio.file.Files.deleteIfExists(store.resolve(StartRecorder.FileName))
+      RegionalShim.deleteStoreFile(store, StartRecorder.FileName)
       val keys = StartRecorder.settingKeys
       val given = StartRecorder.writeOptions(execution).flatMap { case (k, v) =>
         keys.get(k.toLowerCase(java.util.Locale.ROOT)).map(_ -> v)

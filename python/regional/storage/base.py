@@ -1,0 +1,114 @@
+"""What every storage implements: objects under one root location, named by '/'-separated keys.
+
+A ``Storage`` is a small value: it is built where it is used (on the driver for the store, in tasks for a
+target's files) from a ``Location`` and the storage settings of that process (``storage.config``), and it
+holds no open connection that must be closed. Every method runs where it is called.
+
+The guarantees the store is built on, which every implementation must give:
+
+- ``write`` replaces an object whole: a reader sees the old bytes or the new, never a part (a local file is
+  written aside and renamed; an object store's PUT is atomic and read-after-write consistent);
+- ``create`` writes only if the object is absent, and of two creators exactly one wins (a hard link locally;
+  ``If-None-Match: *`` on S3, a generation precondition on GCS, ``If-None-Match`` on Azure);
+- a missing object is ``None`` from ``read``, never an empty value;
+- the fence: one process at a time holds a named fence (``try_fence``) for as long as it lives; a process that
+  died releases it, at once (a local ``flock``) or after ``fence_expiry_s`` (an object store lease).
+"""
+
+from __future__ import annotations
+
+import io
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from regional.errors import RegionalStoreError
+from regional.location import Location
+
+
+class FenceLost(RegionalStoreError):
+    """This process held the fence and lost it: another driver took over (or could have). Nothing more may be
+    published from here."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    name: str  # relative to the storage's root
+    size: int
+    modified: float  # seconds since the epoch
+
+
+class Storage(ABC):
+    """The objects under ``root``."""
+
+    # How long the fence of a process that died without releasing it outlives it: 0 where the operating
+    # system releases it with the process.
+    fence_expiry_s: float = 0.0
+
+    def __init__(self, root: Location) -> None:
+        self.root = root
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.root)!r})"
+
+    def describe(self, name: str = "") -> str:
+        """The full location of ``name``, for messages (never holds a credential)."""
+        return str(self.root.child(name))
+
+    @abstractmethod
+    def child(self, name: str) -> Storage:
+        """The storage of the objects under ``name``."""
+
+    @abstractmethod
+    def read(self, name: str) -> bytes | None:
+        """The object's bytes; None when it does not exist."""
+
+    @abstractmethod
+    def write(self, name: str, data: bytes) -> None:
+        """Create or replace the object, whole (see the module's guarantees)."""
+
+    @abstractmethod
+    def create(self, name: str, data: bytes) -> bool:
+        """Write the object only if it does not exist; True if this call created it."""
+
+    @abstractmethod
+    def delete(self, name: str) -> None:
+        """Remove the object; nothing if it does not exist."""
+
+    @abstractmethod
+    def list(self, directory: str = "", recursive: bool = False) -> list[ObjectInfo]:
+        """The objects in ``directory`` (and below it, if ``recursive``), names relative to the root; empty if
+        there is none. Names of a local directory's subdirectories are not objects and are not listed."""
+
+    def delete_tree(self, directory: str) -> None:
+        """Remove every object in and below ``directory``."""
+        for info in self.list(directory, recursive=True):
+            self.delete(info.name)
+
+    @abstractmethod
+    def open_writer(self, name: str) -> io.RawIOBase:
+        """A binary file to write the object through; it exists, whole, once the file is closed. ``discard``
+        it instead to leave nothing behind."""
+
+    @abstractmethod
+    def discard(self, writer: io.RawIOBase) -> None:
+        """Abandon a writer from ``open_writer``: the object is not created (or is removed)."""
+
+    # -- the fence -----------------------------------------------------------------------
+
+    @abstractmethod
+    def try_fence(self, name: str, holder: dict[str, Any]) -> dict[str, Any] | None:
+        """Take the fence ``name`` for this process and record ``holder`` in it, or say who holds it (their
+        ``holder``; ``{}`` when unreadable). Called again while it is held by another, so that an object store
+        can see a dead holder's lease stay unrenewed for ``fence_expiry_s``."""
+
+    def check_fence(self, name: str) -> None:
+        """Raise ``FenceLost`` if this process took the fence ``name`` and no longer holds it. Default: a fence
+        lasts as long as its process."""
+
+    def release_fence(self, name: str) -> None:
+        """At a clean end: give up the fence ``name`` if this process holds it. Default: the process's end does."""
+
+    @abstractmethod
+    def fence_holder(self, name: str) -> dict[str, Any] | None:
+        """Who holds (or last held) the fence ``name``, as recorded by its ``try_fence``; None if never taken."""

@@ -1,0 +1,300 @@
+"""S3, GCS and Azure through obstore (the Python binding of the Rust ``object_store`` crate that delta-rs
+uses: one configuration and one credential chain for regional's own objects and its Delta tables).
+
+No rename and no lock: ``write`` is one PUT (atomic, read-after-write consistent), ``create`` a conditional PUT
+(``If-None-Match: *``), and the fence a lease object: created with a conditional PUT, renewed every
+``fence_expiry_s / 3`` by a thread with ``If-Match`` on its ETag, so that a second driver's takeover (a
+conditional PUT on the ETag it saw unchanged for ``fence_expiry_s``) makes the first one's next renewal fail.
+The driver that lost it learns at its next renewal or ``check_fence``, whichever comes first. Expiry is
+judged by the waiting driver's own clock, from when it first saw the ETag: clocks of two hosts are never
+compared. Transient errors (5xx, dropped connections) are retried by object_store with back-off.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import json
+import os
+import threading
+import time
+from typing import Any, cast
+
+import obstore
+from obstore.exceptions import AlreadyExistsError, PreconditionError
+
+from regional.errors import RegionalStoreError
+from regional.location import Location
+from regional.storage import config
+from regional.storage.base import FenceLost, ObjectInfo, Storage
+
+# A lease not renewed for this long is taken over. Tests shorten it through the environment.
+LEASE_TTL_S = float(os.environ.get("REGIONAL_LEASE_TTL_S", "30"))
+_stores: dict[tuple[str, str, str], Any] = {}  # (scheme, container, options) -> the obstore store, per process
+_stores_lock = threading.Lock()
+_leases: dict[str, _Lease] = {}  # fences this process holds, by full location
+_seen: dict[str, tuple[str, float]] = {}  # fences held by others: (ETag, monotonic time first seen)
+
+
+def open(location: Location) -> ObjectStorage:  # the backend's entry point
+    return ObjectStorage(location)
+
+
+def _store(location: Location) -> Any:
+    options = config.object_store_options(location)
+    key = (location.scheme, location.container, json.dumps(options, sort_keys=True))
+    with _stores_lock:
+        store = _stores.get(key)
+        if store is None:
+            store_options, client = config.split_client_options(options)
+            if location.scheme == "s3":
+                from obstore.store import S3Store
+                store = S3Store(location.container, config=cast(Any, store_options or None),
+                                client_options=cast(Any, client or None))
+            elif location.scheme == "gs":
+                from obstore.store import GCSStore
+                store = GCSStore(location.container, config=cast(Any, store_options or None),
+                                client_options=cast(Any, client or None))
+            else:
+                from obstore.store import AzureStore
+                container, _at, host = location.container.partition("@")
+                store = AzureStore(container, account_name=host.split(".")[0], config=cast(Any, store_options or None),
+                                   client_options=cast(Any, client or None))
+            _stores[key] = store
+        return store
+
+
+class ObjectStorage(Storage):
+    fence_expiry_s = LEASE_TTL_S
+
+    def __init__(self, root: Location) -> None:
+        super().__init__(root)
+        self.store = _store(root)
+
+    def child(self, name: str) -> ObjectStorage:
+        return ObjectStorage(self.root.child(name))
+
+    def key(self, name: str) -> str:
+        return self.root.child(name).path
+
+    def _fail(self, what: str, name: str, exc: Exception) -> RegionalStoreError:
+        # obstore's messages name the request (URL, status), never the credentials.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return RegionalStoreError(f"cannot {what} {self.describe(name)}: {first}")
+
+    def read(self, name: str) -> bytes | None:
+        try:
+            return bytes(obstore.get(self.store, self.key(name)).bytes())
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._fail("read", name, exc) from None
+
+    def _get(self, name: str) -> tuple[bytes, str] | None:
+        try:
+            result = obstore.get(self.store, self.key(name))
+            return bytes(result.bytes()), str(result.meta["e_tag"])
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._fail("read", name, exc) from None
+
+    def write(self, name: str, data: bytes) -> None:
+        try:
+            obstore.put(self.store, self.key(name), data)
+        except Exception as exc:
+            raise self._fail("write", name, exc) from None
+
+    def create(self, name: str, data: bytes) -> bool:
+        try:
+            obstore.put(self.store, self.key(name), data, mode="create")
+            return True
+        except AlreadyExistsError:
+            # A retried PUT whose first try landed also ends here: the same bytes are this call's.
+            return self.read(name) == data
+        except Exception as exc:
+            raise self._fail("create", name, exc) from None
+
+    def delete(self, name: str) -> None:
+        try:
+            obstore.delete(self.store, self.key(name))
+        except FileNotFoundError:
+            pass
+        except Exception as exc:
+            raise self._fail("delete", name, exc) from None
+
+    def list(self, directory: str = "", recursive: bool = False) -> list[ObjectInfo]:
+        prefix = self.key(directory)
+        base = len(self.root.path) + 1 if self.root.path else 0
+        try:
+            if recursive:
+                metas: Any = [m for chunk in obstore.list(self.store, prefix + "/" if prefix else None) for m in chunk]
+            else:
+                metas = obstore.list_with_delimiter(self.store, prefix + "/" if prefix else None)["objects"]
+        except Exception as exc:
+            raise self._fail("list", directory, exc) from None
+        return [ObjectInfo(str(m["path"])[base:], int(m["size"]), m["last_modified"].timestamp()) for m in metas]
+
+    def open_writer(self, name: str) -> io.RawIOBase:
+        return _ObjectWriter(obstore.open_writer(self.store, self.key(name)))
+
+    def discard(self, writer: io.RawIOBase) -> None:
+        # Not closed, the upload is never completed: no object appears (a started multipart upload is left to
+        # the bucket's lifecycle rule for incomplete uploads).
+        assert isinstance(writer, _ObjectWriter)
+        writer.discard_now()
+
+    # -- the fence: a lease ---------------------------------------------------------------------
+
+    def try_fence(self, name: str, holder: dict[str, Any]) -> dict[str, Any] | None:
+        where = self.describe(name)
+        if where in _leases and not _leases[where].lost:
+            return None
+        body = {**holder, "lease_ttl_s": LEASE_TTL_S}
+        try:
+            result = obstore.put(self.store, self.key(name), _encode(body), mode="create")
+            self._hold(name, body, str(result["e_tag"]))
+            return None
+        except AlreadyExistsError:
+            pass
+        except Exception as exc:
+            raise self._fail("create the lease", name, exc) from None
+        current = self._get(name)
+        if current is None:
+            return {}  # released a moment ago: the next call creates it
+        raw, etag = current
+        theirs = _decode(raw)
+        now = time.monotonic()
+        seen = _seen.get(where)
+        if seen is None or seen[0] != etag:
+            _seen[where] = (etag, now)  # renewed (or new) since we last looked: its holder is alive
+            return theirs
+        ttl = max(LEASE_TTL_S, float(theirs.get("lease_ttl_s", LEASE_TTL_S) or LEASE_TTL_S))
+        if now - seen[1] < ttl:
+            return theirs
+        try:  # unrenewed for a whole lease: its holder is gone. Take it, unless someone else just did.
+            result = obstore.put(self.store, self.key(name), _encode(body), mode={"e_tag": etag})
+        except PreconditionError:
+            _seen.pop(where, None)
+            return theirs
+        except Exception as exc:
+            raise self._fail("take over the lease", name, exc) from None
+        _seen.pop(where, None)
+        self._hold(name, body, str(result["e_tag"]))
+        return None
+
+    def _hold(self, name: str, body: dict[str, Any], etag: str) -> None:
+        where = self.describe(name)
+        _leases[where] = _Lease(self, name, body, etag)
+
+    def check_fence(self, name: str) -> None:
+        lease = _leases.get(self.describe(name))
+        if lease is not None and not lease.held():
+            raise FenceLost(
+                f"this driver's lease {self.describe(name)} on the query's checkpoint was lost ({lease.why}): "
+                "another driver may be running the query. This one stops before it publishes anything more; "
+                "start the query again once the other has stopped")
+
+    def fence_holder(self, name: str) -> dict[str, Any] | None:
+        raw = self.read(name)
+        return None if raw is None else _decode(raw)
+
+    def release_fence(self, name: str) -> None:
+        lease = _leases.pop(self.describe(name), None)
+        if lease is not None:
+            lease.release()
+
+
+class _Lease:
+    """A held lease and the thread that renews it."""
+
+    def __init__(self, storage: ObjectStorage, name: str, body: dict[str, Any], etag: str) -> None:
+        self.storage, self.name, self.body, self.etag = storage, name, body, etag
+        self.renewed = time.monotonic()
+        self.lost = False
+        self.why = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="regional-lease", daemon=True)
+        self._thread.start()
+        atexit.register(self.release)
+
+    def held(self) -> bool:
+        if not self.lost and time.monotonic() - self.renewed >= LEASE_TTL_S:
+            self.lost, self.why = True, f"not renewed for {LEASE_TTL_S:.0f} s"
+        return not self.lost
+
+    def _run(self) -> None:
+        while not self._stop.wait(LEASE_TTL_S / 3):
+            if not self.held():
+                return
+            body = {**self.body, "renewed_at": time.time()}
+            try:
+                result = obstore.put(self.storage.store, self.storage.key(self.name), _encode(body),
+                                     mode={"e_tag": self.etag})
+            except PreconditionError:
+                self.lost, self.why = True, "another driver replaced it"
+                return
+            except Exception:  # transient: renew again next time; held() turns it lost at expiry
+                continue
+            self.etag, self.renewed = str(result["e_tag"]), time.monotonic()
+
+    def release(self) -> None:
+        """At a clean end: remove the lease if it is still ours, so that the next run need not wait it out."""
+        self._stop.set()
+        if self.lost:
+            return
+        current = self.storage._get(self.name)
+        if current is not None and current[1] == self.etag:
+            self.storage.delete(self.name)
+        self.lost, self.why = True, "released"
+
+
+class _ObjectWriter(io.RawIOBase):
+    """obstore's writable file, with the position pyarrow asks for."""
+
+    def __init__(self, file: Any) -> None:
+        self.file = file
+        self.position = 0
+        self.discarded = False
+
+    def write(self, data: Any) -> int:
+        n = int(self.file.write(data))
+        self.position += n
+        return n
+
+    def tell(self) -> int:
+        return self.position
+
+    def flush(self) -> None:
+        pass  # obstore uploads in parts of its own size; flushing a small part would fail the upload
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.discarded or self.file.closed())
+
+    def writable(self) -> bool:
+        return True
+
+    def __del__(self) -> None:
+        # Dropped without close() (a task that failed mid-write): nothing may appear under the final name.
+        if not self.closed:
+            self.discard_now()
+
+    def close(self) -> None:
+        if not self.discarded and not self.file.closed():
+            self.file.close()
+
+    def discard_now(self) -> None:
+        self.discarded = True
+
+
+def _encode(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, sort_keys=True).encode()
+
+
+def _decode(raw: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(raw.decode("utf-8", "replace"))
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
