@@ -67,3 +67,23 @@ def postgres():
     server = PostgresServer().start()
     yield server
     server.remove()
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """One real S3 API server (s3proxy 4.1.0 on a loopback port; its jar and hadoop-aws's come from Maven
+    Central on first use), with this process's regional storage settings pointing at it."""
+    import json
+
+    from regional.storage.config import STORAGE_CONF_ENV
+    from regional.testing.s3_server import S3Server
+
+    server = S3Server(tmp_path_factory.mktemp("s3")).start()
+    previous = os.environ.get(STORAGE_CONF_ENV)
+    os.environ[STORAGE_CONF_ENV] = json.dumps(server.hadoop_conf())
+    yield server
+    if previous is None:
+        os.environ.pop(STORAGE_CONF_ENV, None)
+    else:
+        os.environ[STORAGE_CONF_ENV] = previous
+    server.stop()

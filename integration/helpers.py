@@ -49,7 +49,7 @@ def _publish_files(staged: list[tuple[Path, Path]]) -> None:
         os.replace(tmp, final)
 
 
-def regional_stream(spark: SparkSession, inp: Path, ck: Path, **options: str) -> DataFrame:
+def regional_stream(spark: SparkSession, inp: Path, ck: Path | str, **options: str) -> DataFrame:
     reader = (spark.readStream.format("regional").option("source", "files").option("path", str(inp))
               .option("checkpointLocation", str(ck)))
     for k, v in options.items():
@@ -69,7 +69,7 @@ def poison_udf(poison: set[str]):
     return parse
 
 
-def start_to_delta(df: DataFrame, out: Path, ck: Path, target: str = "delta", **options: str) -> StreamingQuery:
+def start_to_delta(df: DataFrame, out: Path, ck: Path | str, target: str = "delta", **options: str) -> StreamingQuery:
     writer = (df.select("region", "offset", F.upper("value").alias("value")).writeStream.format("regional")
               .option("target", target).option("path", str(out)).option("checkpointLocation", str(ck))
               .option("keepRegionColumns", "true"))

@@ -36,7 +36,7 @@ class Location:
     """A place regional reads or writes. ``scheme`` is the storage (``file``, ``s3``, ``gs``, ``az``);
     ``container`` the bucket (``az``: ``container@account.dfs.core.windows.net``), empty for ``file``; ``path``
     the absolute path (``file``) or the key prefix without surrounding slashes. ``str()`` is its one
-    canonical spelling (``s3a://b/k`` and ``s3://b/k`` are one location); ``given`` is what the user wrote."""
+    canonical spelling (``s3://b/k`` is ``s3a://b/k``, as Spark users write it); ``given`` is what the user wrote."""
 
     scheme: str
     container: str
@@ -65,7 +65,7 @@ class Location:
     def __str__(self) -> str:
         if self.is_local:
             return self.path
-        prefix = "abfss" if self.scheme == "az" else self.scheme
+        prefix = {"az": "abfss", "s3": "s3a"}.get(self.scheme, self.scheme)  # as Spark users write them
         return f"{prefix}://{self.container}/{self.path}" if self.path else f"{prefix}://{self.container}"
 
 

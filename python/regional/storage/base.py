@@ -41,9 +41,11 @@ class ObjectInfo:
 class Storage(ABC):
     """The objects under ``root``."""
 
-    # How long the fence of a process that died without releasing it outlives it: 0 where the operating
-    # system releases it with the process.
-    fence_expiry_s: float = 0.0
+    @property
+    def fence_expiry_s(self) -> float:
+        """How long the fence of a process that died without releasing it outlives it: 0 where the operating
+        system releases it with the process."""
+        return 0.0
 
     def __init__(self, root: Location) -> None:
         self.root = root
@@ -69,7 +71,9 @@ class Storage(ABC):
 
     @abstractmethod
     def create(self, name: str, data: bytes) -> bool:
-        """Write the object only if it does not exist; True if this call created it."""
+        """Write the object only if it does not exist; True if this call created it. An object store may also
+        answer True when the object holds exactly ``data``: its client retries a PUT whose answer was lost,
+        and the retry finds the first try's object (the same bytes: the same decision)."""
 
     @abstractmethod
     def delete(self, name: str) -> None:

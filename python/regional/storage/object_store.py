@@ -65,7 +65,9 @@ def _store(location: Location) -> Any:
 
 
 class ObjectStorage(Storage):
-    fence_expiry_s = LEASE_TTL_S
+    @property
+    def fence_expiry_s(self) -> float:  # read at each use: tests shorten LEASE_TTL_S
+        return LEASE_TTL_S
 
     def __init__(self, root: Location) -> None:
         super().__init__(root)

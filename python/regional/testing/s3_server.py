@@ -117,19 +117,27 @@ class S3Server:
         time.sleep(down_s)
         self.start()
 
-    def hadoop_conf(self, endpoint: str | None = None) -> dict[str, str]:
-        """``fs.s3a.*`` for this server (or for ``endpoint``, a proxy in front of it)."""
-        return {
-            "fs.s3a.endpoint": endpoint or self.endpoint,
-            "fs.s3a.path.style.access": "true",
-            "fs.s3a.connection.ssl.enabled": "false",
-            "fs.s3a.endpoint.region": "us-east-1",
-            "fs.s3a.access.key": ACCESS_KEY,
-            "fs.s3a.secret.key": SECRET_KEY,
-        }
+    def hadoop_conf(self) -> dict[str, str]:
+        return hadoop_conf(self.endpoint)
 
-    def spark_conf(self, endpoint: str | None = None) -> dict[str, str]:
-        """The SparkSession conf for ``s3a://`` on this server: the jars and ``spark.hadoop.fs.s3a.*``."""
-        conf = {f"spark.hadoop.{key}": value for key, value in self.hadoop_conf(endpoint).items()}
-        conf["spark.jars"] = ",".join(str(p) for p in s3a_jars())
-        return conf
+    def spark_conf(self) -> dict[str, str]:
+        return spark_conf(self.endpoint)
+
+
+def hadoop_conf(endpoint: str) -> dict[str, str]:
+    """``fs.s3a.*`` for the server (or a proxy in front of it) at ``endpoint``."""
+    return {
+        "fs.s3a.endpoint": endpoint,
+        "fs.s3a.path.style.access": "true",
+        "fs.s3a.connection.ssl.enabled": "false",
+        "fs.s3a.endpoint.region": "us-east-1",
+        "fs.s3a.access.key": ACCESS_KEY,
+        "fs.s3a.secret.key": SECRET_KEY,
+    }
+
+
+def spark_conf(endpoint: str) -> dict[str, str]:
+    """The SparkSession conf for ``s3a://`` at ``endpoint``: the jars and ``spark.hadoop.fs.s3a.*``."""
+    conf = {f"spark.hadoop.{key}": value for key, value in hadoop_conf(endpoint).items()}
+    conf["spark.jars"] = ",".join(str(p) for p in s3a_jars())
+    return conf

@@ -1,0 +1,181 @@
+"""regional's storage layer and store on a real S3 API server (s3proxy), beside the local one; a query whose
+checkpoint is on S3 killed with SIGKILL and restarted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+
+import regional
+from integration.helpers import ROOT, add_epoch_of_files, assert_exactly_once_in_order, expected_rows, run_killable
+from regional.errors import RegionalStoreError
+from regional.location import parse_location
+from regional.storage import FenceLost, Storage, open_storage
+from regional.storage import object_store as object_store_backend
+from regional.store import Store
+from regional.store.model import EpochKind, EpochRecord, Intent
+from regional.store.store import _FENCE
+from regional.testing.s3_server import SECRET_KEY
+
+
+@pytest.fixture(params=["local", "s3"])
+def storage(request, tmp_path) -> Storage:
+    if request.param == "local":
+        return open_storage(parse_location("test", str(tmp_path / "root")))
+    s3 = request.getfixturevalue("s3")
+    bucket = f"contract-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(bucket)
+    return open_storage(parse_location("test", f"s3a://{bucket}/some/root"))
+
+
+def test_the_storage_contract(storage: Storage):
+    assert storage.read("absent") is None  # missing is None, never empty bytes
+    storage.write("a/one", b"1")
+    storage.write("a/one", b"one")  # replaced whole
+    storage.write("a/b/two", b"2")
+    storage.write("top", b"t")
+    assert storage.read("a/one") == b"one"
+    assert sorted(i.name for i in storage.list("a")) == ["a/one"]
+    assert sorted(i.name for i in storage.list("a", recursive=True)) == ["a/b/two", "a/one"]
+    assert sorted(i.name for i in storage.list("", recursive=True)) == ["a/b/two", "a/one", "top"]
+    assert [i.size for i in storage.list("a")] == [3]
+    assert storage.list("nothing-here") == []
+    assert storage.child("a").read("b/two") == b"2"
+
+    # create: of many concurrent creators, exactly one wins, and the object holds its bytes
+    results: dict[int, bool] = {}
+
+    def create(i: int) -> None:
+        results[i] = storage.create("once", str(i).encode())
+
+    threads = [threading.Thread(target=create, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [i for i, won in results.items() if won]
+    assert len(winners) == 1 and storage.read("once") == str(winners[0]).encode()
+    assert storage.create("once", b"other") is False
+
+    # a writer: the object exists whole once closed, and not at all if discarded
+    writer = storage.open_writer("written")
+    writer.write(b"x" * 100_000)
+    assert storage.read("written") is None
+    writer.close()
+    assert storage.read("written") == b"x" * 100_000
+    dropped = storage.open_writer("dropped")
+    dropped.write(b"y" * 10)
+    storage.discard(dropped)
+    del dropped
+    assert storage.read("dropped") is None
+
+    storage.delete("top")
+    storage.delete("top")  # deleting what is gone is nothing
+    storage.delete_tree("a")
+    assert sorted(i.name for i in storage.list("", recursive=True)) == ["once", "written"]
+
+
+def s3_store(s3, name: str = "ck") -> Store:
+    bucket = f"store-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(bucket)
+    return Store(f"s3a://{bucket}/{name}")
+
+
+def test_a_store_on_s3_refuses_a_second_decision_and_names_a_torn_object(s3):
+    store = s3_store(s3)
+    query_id = store.open_query()
+    assert Store(str(store.checkpoint)).open_query() == query_id  # one query id, whoever opens it
+    store.write_intent(0, Intent(EpochRecord(0, EpochKind.GLOBAL, {}, {}, {}, recorded_at=1.0), {}))
+    with pytest.raises(RegionalStoreError, match="decided by another driver"):
+        Store(str(store.checkpoint)).write_intent(0, Intent(EpochRecord(0, EpochKind.GLOBAL, {}, {}, {},
+                                                                         recorded_at=2.0), {}))
+    store.storage.write("query.json", b"regional query v1 sha256=00\n{\"query_id\": \"x\"}")
+    with pytest.raises(RegionalStoreError, match=r"s3a://store-[0-9a-f]+/ck/regional/query.json is corrupt"):
+        Store(str(store.checkpoint)).query_id()
+
+
+LEASE_CHILD = """
+import sys, time
+from regional.store import Store
+from regional.store.model import EpochKind, EpochRecord, Intent
+Store(sys.argv[1]).fence()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_second_driver_is_fenced_on_s3_until_the_first_ones_lease_expires(s3, monkeypatch):
+    monkeypatch.setattr(object_store_backend, "LEASE_TTL_S", 3.0)
+    store = s3_store(s3)
+    store.open_query()
+    env = {**__import__("os").environ, "REGIONAL_LEASE_TTL_S": "3"}
+    child = subprocess.Popen([sys.executable, "-c", LEASE_CHILD, str(store.checkpoint)], env=env, cwd=ROOT,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        # The first driver lives and renews its lease: a second one is refused, however long it waits.
+        with pytest.raises(RegionalStoreError, match="another driver is running the query"):
+            Store(str(store.checkpoint)).fence(wait_s=6)
+        child.kill()  # SIGKILL: the lease is never released, only left unrenewed
+        child.wait()
+        started = time.monotonic()
+        second = Store(str(store.checkpoint))
+        second.fence(wait_s=0)
+        waited = time.monotonic() - started
+        assert waited >= 3.0  # not before the lease went unrenewed for a whole TTL
+        holder = second.storage.fence_holder(_FENCE)
+        assert holder is not None and holder["token"] == second.fence_token
+        second.fence()  # still held: no error
+        second.release_fence()
+        assert second.storage.fence_holder(_FENCE) is None  # a clean end lets the next start at once
+    finally:
+        if child.poll() is None:
+            child.kill()
+
+
+def test_a_driver_whose_lease_was_taken_over_stops(s3, monkeypatch):
+    monkeypatch.setattr(object_store_backend, "LEASE_TTL_S", 1.5)
+    store = s3_store(s3)
+    store.open_query()
+    store.fence()
+    # Another driver takes the lease over (as after a pause longer than the TTL, a GC or a network partition).
+    store.storage.write(_FENCE, b'{"token": "someone else"}')
+    time.sleep(1.5)  # a renewal or two
+    with pytest.raises(FenceLost, match="lost"):
+        store.fence()
+
+
+def test_a_query_with_its_checkpoint_on_s3_survives_sigkill_exactly_once(s3, tmp_path, monkeypatch):
+    """Files in, Delta out (local), the store and Spark's offset log on s3a:// through the JVM shim; the driver is
+    killed inside phase two, after the decision, and the restart finishes the epoch as decided."""
+    bucket = f"query-{uuid.uuid4().hex[:12]}"
+    ck = s3.create_bucket(bucket) + "/ck"
+    inp, out, marker, b_down = tmp_path / "in", tmp_path / "out", tmp_path / "reached", tmp_path / "b_down"
+    inputs = add_epoch_of_files(inp, ["a", "b", "c"], "001", 10)
+    monkeypatch.setenv("REGIONAL_LEASE_TTL_S", "5")  # the killed driver's lease holds up the restart this long
+
+    def run(failpoint: str | None) -> str:
+        return run_killable(["integration.s3_child", str(inp), str(out), ck, s3.endpoint, str(b_down)],
+                            failpoint, marker, timeout=300)
+
+    b_down.touch()
+    assert run("before_publish:1") == "killed"
+    store = Store(ck)
+    assert [e for e in store.epochs()] == [0] and store.read_intent(1) is not None
+    b_down.unlink()
+    assert run(None) == "finished"
+    epochs = regional.status(ck).epochs
+    assert epochs[1].kind == "regional" and set(epochs[1].fallen_back) == {"b"}
+    assert_exactly_once_in_order(out, expected_rows(inputs))
+    # Spark's own checkpoint is on S3 too, beside regional's store
+    names = {i.name for i in open_storage(parse_location("ck", ck)).list("", recursive=True)}
+    assert any(n.startswith("offsets/") for n in names) and any(n.startswith("regional/epochs/") for n in names)
+    # the keys given to Spark reached regional's reads and writes, and none of its files
+    for info in open_storage(parse_location("ck", ck)).list("", recursive=True):
+        data = open_storage(parse_location("ck", ck)).read(info.name) or b""
+        assert SECRET_KEY.encode() not in data, info.name
