@@ -1,8 +1,10 @@
 """Runs one regional query with its checkpoint on S3 (s3proxy) until no input is left; tests kill it.
 
-Usage: python -m integration.s3_child <in> <out> <s3a checkpoint> <endpoint> <marker>
+Usage: python -m integration.s3_child <in> <out> <s3a checkpoint> <endpoint> <marker> [<dead letters> <poison>]
 
-Region b's target is down while the file <marker> exists.
+Region b's target is down while the file <marker> exists. <out> and <dead letters> may be s3a:// tables. With
+<poison> (values, comma-separated), a UDF raises on those values and the query isolates them into <dead letters>.
+At the end the child prints the rows delta-spark reads from <out> over s3a:// ("delta-spark rows: N").
 """
 
 from __future__ import annotations
@@ -10,19 +12,31 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from pyspark.sql import functions as F
+
 import regional
-from integration.helpers import regional_stream, start_to_delta
+from integration.helpers import poison_udf, regional_stream
 from regional.testing.s3_server import spark_conf
 
 
 def main() -> None:
     inp, out, ck, endpoint, b_down = sys.argv[1:6]
+    dead_letters = sys.argv[6] if len(sys.argv) > 6 else ""
+    poison = set(sys.argv[7].split(",")) if len(sys.argv) > 7 and sys.argv[7] else set()
     spark = regional.local_spark("local[2,3]", "regional-s3-child", conf=spark_conf(endpoint))
     regional.register(spark)
-    query = start_to_delta(regional_stream(spark, Path(inp), ck, maxRecordsPerRegion="4"), Path(out), ck,
-                           target="python:integration.faults:FlakyDelta", failRegion="b", failWhileExists=b_down)
+    df = regional_stream(spark, Path(inp), ck, maxRecordsPerRegion="4")
+    value = poison_udf(poison)("value") if poison else F.upper("value")
+    writer = (df.select("region", "offset", value.alias("value")).writeStream.format("regional")
+              .option("target", "python:integration.faults:FlakyDelta").option("path", out)
+              .option("checkpointLocation", ck).option("keepRegionColumns", "true")
+              .option("failRegion", "b").option("failWhileExists", b_down))
+    if dead_letters:
+        writer = writer.option("deadLetterPath", dead_letters)
+    query = writer.start()
     query.processAllAvailable()
     query.stop()
+    print(f"delta-spark rows: {spark.read.format('delta').load(out).count()}", flush=True)
     print("child finished", flush=True)
 
 

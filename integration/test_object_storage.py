@@ -179,3 +179,48 @@ def test_a_query_with_its_checkpoint_on_s3_survives_sigkill_exactly_once(s3, tmp
     for info in open_storage(parse_location("ck", ck)).list("", recursive=True):
         data = open_storage(parse_location("ck", ck)).read(info.name) or b""
         assert SECRET_KEY.encode() not in data, info.name
+
+
+def test_everything_on_s3_a_failing_region_a_poison_record_and_a_sigkill(s3, tmp_path, monkeypatch):
+    """The store, Spark's offset log, the Delta table and the dead-letter table on S3 (the files source reads local
+    files): region b's target is down, one record is poison, and the driver is killed in phase two. After the
+    restart every record is in the table exactly once, the poison one in the dead letters, read back with
+    deltalake and with delta-spark over s3a://, and no file is left that the tables do not hold."""
+    from deltalake import DeltaTable
+
+    from regional.storage.config import object_store_options
+    from regional.testing.exactly_once import delta_landed
+
+    bucket = s3.create_bucket(f"all-{uuid.uuid4().hex[:12]}")
+    ck, out, dlq = f"{bucket}/ck", f"{bucket}/tables/out", f"{bucket}/tables/dead-letters"
+    inp, marker, b_down = tmp_path / "in", tmp_path / "reached", tmp_path / "b_down"
+    inputs = add_epoch_of_files(inp, ["a", "b", "c"], "001", 10)
+    poison = ("c", 6)
+    monkeypatch.setenv("REGIONAL_LEASE_TTL_S", "5")
+    args = ["integration.s3_child", str(inp), out, ck, s3.endpoint, str(b_down), dlq, inputs["c"][6]]
+
+    b_down.touch()
+    assert run_killable(args, "before_publish:1", marker, timeout=300) == "killed"
+    b_down.unlink()
+    child = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, child.stdout[-3000:] + child.stderr[-3000:]
+
+    expected = {r: [(o, v.upper()) for o, v in enumerate(values) if (r, o) != poison] for r, values in inputs.items()}
+    from regional.testing.exactly_once import check
+
+    check(expected, delta_landed(out)).assert_ok()
+    options = object_store_options(parse_location("out", out))
+    rows = DeltaTable(out, storage_options={**options, "conditional_put": "etag"}).to_pyarrow_table().to_pylist()
+    assert sorted((r["region"], r["offset"], r["value"]) for r in rows) == sorted(
+        (r, o, v) for r, values in expected.items() for o, v in values)
+    assert f"delta-spark rows: {len(rows)}" in child.stdout
+    letters = DeltaTable(dlq, storage_options=options).to_pyarrow_table().to_pylist()
+    assert [(r["region"], r["offset"], r["value"]) for r in letters] == [("c", 6, inputs["c"][6])]
+    for table in (out, dlq):  # nothing written that the table does not hold, no staging directory
+        storage = open_storage(parse_location("table", table))
+        held = {u.rsplit("/", 1)[-1] for u in DeltaTable(table, storage_options=options).file_uris()}
+        written = {i.name for i in storage.list("", recursive=True) if not i.name.startswith("_delta_log/")}
+        assert written == held, table
+    bucket_storage = open_storage(parse_location("bucket", bucket))
+    for info in bucket_storage.list("", recursive=True):  # the keys reached no file, no commit
+        assert SECRET_KEY.encode() not in (bucket_storage.read(info.name) or b""), info.name

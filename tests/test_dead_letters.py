@@ -117,13 +117,15 @@ def test_a_dead_letter_without_its_record_is_a_fall_back_not_done():
     assert outcome.status is Outcome.MISSING and "could not read it" in (outcome.reason or "")
 
 
-def test_dead_letter_path_is_a_setting_with_conf_default_and_refuses_remote_schemes(tmp_path):
+def test_dead_letter_path_is_a_setting_with_conf_default_on_local_disk_or_object_storage(tmp_path):
     conf = {"spark.regional.deadLetterPath": f"file://{tmp_path}/dl"}
     assert resolve_settings(conf, {}, {}).dead_letter_path == f"{tmp_path}/dl"
     assert resolve_settings(conf, {}, {"deadLetterPath": "rel/dl"}).dead_letter_path.endswith("/rel/dl")
     assert resolve_settings({}, {}, {}).dead_letter_path is None
-    with pytest.raises(RegionalConfigError, match="takes a local path"):
-        resolve_settings({}, {"deadletterpath": "s3://bucket/dl"}, {})
+    # one spelling of a location in plans, whichever the user gave
+    assert resolve_settings({}, {"deadletterpath": "s3://bucket/dl/"}, {}).dead_letter_path == "s3a://bucket/dl"
+    with pytest.raises(RegionalConfigError, match=r"deadLetterPath='hdfs://nn/dl'.*not hdfs:"):
+        resolve_settings({}, {"deadletterpath": "hdfs://nn/dl"}, {})
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,5 +1,7 @@
 """The Delta target against a real Delta table on disk (deltalake; no Spark needed)."""
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
@@ -52,24 +54,50 @@ def test_a_new_query_on_the_same_table_is_not_skipped(tmp_path):
     assert sorted(values) == ["new-0", "new-1", "old-0", "old-1"]
 
 
-def test_staging_abort_and_sweep(tmp_path):
+def test_files_go_straight_into_the_table_abort_and_sweep_remove_what_is_never_added(tmp_path):
     t = target(tmp_path)
     handle = t.prepare(0, "a/../b", batches("x", 0, 2))
-    staged = tmp_path / "t" / STAGING_DIR / QUERY / "e0" / handle["files"][0]["name"]
-    assert staged.exists() and "/" not in handle["files"][0]["name"]  # the region id is not a path
+    written = tmp_path / "t" / handle["files"][0]["name"]
+    assert written.exists() and "/" not in handle["files"][0]["name"]  # the region id is not a path
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == [written.name]  # nothing beside it, no temporary
     t.abort(0, {"a/../b": handle})
-    assert not staged.exists()
+    assert not written.exists()
     assert t.prepare(0, "a", iter([])) is None
-    orphans = [t.prepare(e, "a", batches("a", 0, 1)) for e in (1, 2, 3)]  # tasks that died before phase two
+    t.commit(0, {"a": t.prepare(0, "a", batches("a", 0, 1))})
+    orphans = [t.prepare(e, "a", batches("a", 1, 2)) for e in (1, 2, 3)]  # tasks that died before phase two
+    other = load_target({"target": "delta", "path": str(tmp_path / "t"),
+                         "queryid": "00000000-0000-4000-8000-000000000002"}).prepare(1, "a", batches("o", 0, 1))
     t.sweep(2)
-    left = sorted(p.name for p in (tmp_path / "t" / STAGING_DIR / QUERY).iterdir())
-    assert left == ["e3"] and orphans[2] is not None
+    left = sorted(p.name for p in (tmp_path / "t").glob("*.parquet"))
+    held = {Path(u).name for u in DeltaTable(str(tmp_path / "t")).file_uris()}
+    # the committed file, epoch 3's (not recorded yet) and another query's stay
+    assert left == sorted(held | {orphans[2]["files"][0]["name"], other["files"][0]["name"]})
+    assert len(held) == 1
 
 
-def test_a_staged_file_gone_before_publishing_is_an_error(tmp_path):
+def test_an_older_regionals_staged_epoch_is_moved_in_and_its_leftovers_swept(tmp_path):
+    """A checkpoint whose intent was decided by a regional that staged files aside: finishing it after the
+    upgrade moves them into the table; staged files of recorded epochs are swept."""
+    t = target(tmp_path)
+    handle = t.prepare(0, "a", batches("a", 0, 2))
+    name = handle["files"][0]["name"]
+    staging = tmp_path / "t" / STAGING_DIR / QUERY
+    (staging / "e0").mkdir(parents=True)
+    (tmp_path / "t" / name).rename(staging / "e0" / name)
+    old = {k: v for k, v in handle.items() if k != "in_table"}
+    (staging / "e1").mkdir()
+    (staging / "e1" / "left.parquet").write_bytes(b"x")
+    t.commit(0, {"a": old})
+    assert sorted(DeltaTable(str(tmp_path / "t")).to_pyarrow_table().column("value").to_pylist()) == ["a-0", "a-1"]
+    t.sweep(1)
+    assert not list(staging.rglob("*.parquet"))
+
+
+def test_a_written_file_gone_before_publishing_is_an_error(tmp_path):
     t = target(tmp_path)
     handle = t.prepare(0, "a", batches("a", 0, 1))
-    (tmp_path / "t" / STAGING_DIR / QUERY / "e0" / handle["files"][0]["name"]).unlink()
+    name = handle["files"][0]["name"]
+    (tmp_path / "t" / name).unlink()
     with pytest.raises(RegionalStoreError, match="gone before it was published"):
         t.commit(0, {"a": handle})
 
@@ -144,7 +172,8 @@ def test_open_refuses_a_mismatch_before_anything_is_staged_and_merge_schema_adds
     assert '"metaData"' in log and '"add"' in log and '"txn"' in log and '\\"name\\":\\"n\\"' in log
     assert sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["value"]) == [
         {"value": "a-0", "n": None}, {"value": "a-1", "n": None}, {"value": "a-2", "n": 7}]
-    assert not list((tmp_path / "t" / STAGING_DIR / QUERY / "e1").iterdir())  # the staged file was written again
+    in_dir = sorted(p.name for p in (tmp_path / "t").glob("*.parquet"))
+    assert in_dir == sorted(Path(u).name for u in table.file_uris())  # the epoch's own files: written again, removed
 
 
 def test_a_partitioned_table_gets_one_file_per_partition_value_without_the_column(tmp_path):

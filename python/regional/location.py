@@ -119,8 +119,7 @@ def local_path(key: str, value: str | os.PathLike[str]) -> Path:
     return location.local_path()
 
 
-def optional_local_path(key: str, value: str | None) -> str | None:
-    """Like ``local_path``, for an optional setting: empty means not set (None)."""
-    if value is None or not value.strip():
-        return None
-    return str(local_path(key, value))
+def optional_location_text(key: str, value: str | None) -> str | None:
+    """An optional setting's location in its canonical spelling (what plans record); empty means not set."""
+    location = optional_location(key, value)
+    return None if location is None else str(location)

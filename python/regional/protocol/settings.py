@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from regional.errors import RegionalConfigError
-from regional.location import optional_local_path
+from regional.location import optional_location_text
 
 CONF_PREFIX = "spark.regional."
 
@@ -59,7 +59,7 @@ class Settings:
             region_timeout_s=parse_duration("regionTimeout", timeout) if timeout else None,
             region_attempts=parse_int(opts, "regionAttempts", minimum=1),
             retain_epochs=parse_int(opts, "retainEpochs", minimum=1),
-            dead_letter_path=optional_local_path("deadLetterPath", opts.get("deadletterpath", "")),
+            dead_letter_path=optional_location_text("deadLetterPath", opts.get("deadletterpath", "")),
             max_dead_letters_per_epoch=parse_int(opts, "maxDeadLettersPerEpoch", minimum=0),
         )
 

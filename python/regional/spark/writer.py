@@ -25,7 +25,7 @@ from pyspark.sql.types import StructType
 from regional import failpoints
 from regional.coordinator import abort_epoch, commit_epoch, ready_target
 from regional.errors import RegionalConfigError, RegionalPlanError
-from regional.location import optional_local_path
+from regional.location import optional_location_text
 from regional.protocol.decide import Outcome, TaskOutcome
 from regional.protocol.settings import conf_settings, given_settings, parse_bool
 from regional.spark.offset_log import read_plan
@@ -170,7 +170,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         target = load_target(self.target_options)
         # readStream's options may set it too: commit checks the resolved value again.
         dead_letter_path = {**conf_settings(conf), **given_settings(options)}.get("deadLetterPath", "")
-        check_dead_letter_path(optional_local_path("deadLetterPath", dead_letter_path), target)
+        check_dead_letter_path(optional_location_text("deadLetterPath", dead_letter_path), target)
         # A bad target fails at start, not in a task; an interrupted epoch is finished before new tasks run.
         ready_target(store, target, self._target_schema(schema), dead_letter_target)
         self.target_options.update(target.task_options())  # what open() found that the tasks' copies need

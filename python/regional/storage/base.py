@@ -66,6 +66,14 @@ class Storage(ABC):
         """The object's bytes; None when it does not exist."""
 
     @abstractmethod
+    def head(self, name: str) -> ObjectInfo | None:
+        """The object's size and time, without its bytes; None when it does not exist."""
+
+    def heads(self, names: list[str]) -> dict[str, ObjectInfo | None]:
+        """``head`` of each name. Default: one after the other; a remote store asks in parallel."""
+        return {name: self.head(name) for name in names}
+
+    @abstractmethod
     def write(self, name: str, data: bytes) -> None:
         """Create or replace the object, whole (see the module's guarantees)."""
 

@@ -42,6 +42,15 @@ class LocalStorage(Storage):
         except OSError as exc:
             raise RegionalStoreError(f"cannot read {self.describe(name)}: {exc}") from None
 
+    def head(self, name: str) -> ObjectInfo | None:
+        try:
+            stat = self._file(name).stat()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise RegionalStoreError(f"cannot read {self.describe(name)}: {exc}") from None
+        return ObjectInfo(name, stat.st_size, stat.st_mtime)
+
     def write(self, name: str, data: bytes) -> None:
         path = self._file(name)
         path.parent.mkdir(parents=True, exist_ok=True)

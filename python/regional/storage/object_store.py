@@ -30,6 +30,7 @@ from regional.storage.base import FenceLost, ObjectInfo, Storage
 
 # A lease not renewed for this long is taken over. Tests shorten it through the environment.
 LEASE_TTL_S = float(os.environ.get("REGIONAL_LEASE_TTL_S", "30"))
+HEAD_THREADS = 32
 _stores: dict[tuple[str, str, str], Any] = {}  # (scheme, container, options) -> the obstore store, per process
 _stores_lock = threading.Lock()
 _leases: dict[str, _Lease] = {}  # fences this process holds, by full location
@@ -100,6 +101,23 @@ class ObjectStorage(Storage):
             return None
         except Exception as exc:
             raise self._fail("read", name, exc) from None
+
+    def head(self, name: str) -> ObjectInfo | None:
+        try:
+            meta = obstore.head(self.store, self.key(name))
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._fail("read", name, exc) from None
+        return ObjectInfo(name, int(meta["size"]), meta["last_modified"].timestamp())
+
+    def heads(self, names: list[str]) -> dict[str, ObjectInfo | None]:
+        if len(names) < 2:
+            return super().heads(names)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(HEAD_THREADS, len(names))) as pool:  # each a round trip: ask at once
+            return dict(zip(names, pool.map(self.head, names), strict=True))
 
     def write(self, name: str, data: bytes) -> None:
         try:

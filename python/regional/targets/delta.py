@@ -1,13 +1,18 @@
-"""``target=delta``, ``path=<table>``: parquet staged per region, one Delta transaction per epoch.
+"""``target=delta``, ``path=<table>``: parquet written per region, one Delta transaction per epoch, on local disk
+or an object store (``regional.storage``: ``s3a://``, ``gs://``, ``abfss://``), as delta-spark writes.
 
-Phase one (task): the region's rows go to a parquet file under
-``<table>/_regional_staging/<query id>/e<epoch>/`` (a hidden directory: readers never see it).
-Phase two (driver): the committed regions' files move into the table directory and one Delta
-transaction adds them, carrying the application transaction ``(regional-<query id>, epoch)`` and
-the regional report in its commit info. Idempotency is checked, not assumed: the table's transaction
-version for the app id is read first, and an epoch at or below it is not committed again (delta-rs
-does not skip duplicates by itself). Whatever is left in the staging directory for a recorded epoch
-will never be published: ``sweep`` removes it.
+Phase one (task): the region's rows go straight into the table's location, as parquet files named
+``part-<query id>-e<epoch>-<region>-<random>.parquet``. A Delta table is what its log adds, so these files are
+invisible to every reader until an epoch's commit adds them; nothing is ever copied or moved.
+Phase two (driver): one Delta transaction adds the committed regions' files, carrying the application transaction
+``(regional-<query id>, epoch)`` and the regional report in its commit info (on S3 through delta-rs's conditional
+put). Idempotency is checked, not assumed: the table's transaction version for the app id is read first, and an
+epoch at or below it is not committed again (delta-rs does not skip duplicates by itself). The files of regions
+that fell back are deleted by the driver, which has their names (``abort``); files of task attempts that died are
+found by ``sweep``: regional's names of recorded epochs that the table does not hold.
+
+The storage settings are the session's (``regional.storage.config``): regional's files and delta-rs's commits go
+through the same object_store configuration, which never reaches the table's log.
 
 The table's schema is checked on the driver before each epoch's tasks (``open``): the query's columns must be
 the table's, by name (exact case), Delta type and nullability, or the start is refused naming the columns.
@@ -21,10 +26,10 @@ them to the tasks (``task_options``), which write one file per partition value.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
-import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -36,15 +41,21 @@ import pyarrow.parquet as pq
 
 from regional.errors import RegionalConfigError, RegionalStoreError
 from regional.ids import encode_region
-from regional.location import local_path
+from regional.location import Location, parse_location
 from regional.protocol.settings import parse_bool
+from regional.storage import Storage, open_storage
+from regional.storage.config import object_store_options
 from regional.targets.base import EpochReport, Target, chain_first, reason_class, require_query_id
 
+# Where regional staged files before it wrote them into the table (until 2026-11): an interrupted epoch of then
+# is finished by moving them in; the rest is swept.
 STAGING_DIR = "_regional_staging"
 PARTITION_COLUMNS_OPTION = "regional.partitioncolumns"  # set by open() for the tasks: the table's, as JSON
 # Delta types a partition value is written for (as Delta spells them: the value's text, e.g. 2024-01-31).
 PARTITION_TYPES = {"string", "long", "integer", "short", "byte", "boolean", "date"}
 _EPOCH_DIR = re.compile(r"^e(\d+)$")
+# regional's data file names: part-<query id>-e<epoch>-<region>-<random>.parquet
+_FILE_EPOCH = re.compile(r"^part-(?P<query>[0-9a-f-]{36})-e(?P<epoch>\d{8,})-.*\.parquet$")
 
 
 def create(options: dict[str, str]) -> DeltaTarget:
@@ -57,13 +68,14 @@ class DeltaTarget(Target[dict[str, Any] | None]):
         path = options.get("path")
         if not path:
             raise RegionalConfigError("target=delta needs the table location: add .option('path', '/table/dir')")
-        self.table = local_path("path", path)
+        self.table = parse_location("path", path)
+        self.storage: Storage = open_storage(self.table)
         # A dead-letter table (``regional.targets.dead_letter_target``): its columns must be the dead letters'.
         self.dead_letters = parse_bool(options, "regional.deadLetters", default="false")
         query_id = require_query_id("delta", options)
         self.query_id = query_id
         self.app_id = f"regional-{query_id}"
-        self.staging = self.table / STAGING_DIR / query_id
+        self.staging = self.storage.child(f"{STAGING_DIR}/{query_id}")  # an older regional's
         self.merge_schema = parse_bool(options, "mergeSchema", default="false")
         # The table's partition columns as open() found them on the driver (tasks get them in their options).
         self.partition_columns: list[str] = json.loads(options.get(PARTITION_COLUMNS_OPTION) or "[]")
@@ -77,21 +89,19 @@ class DeltaTarget(Target[dict[str, Any] | None]):
             return None
         if self.dead_letters:  # staged on the driver, before the intent: a table of another shape is refused
             self._check_dead_letter_schema(first.schema)
-        directory = self.staging / f"e{epoch}"
-        directory.mkdir(parents=True, exist_ok=True)
         schema = delta_schema(first.schema)
         relabel = schema is not first.schema  # decided once: the hot loop casts only when Delta needs it
         parts = [schema.get_field_index(c) for c in self.partition_columns]
         file_schema = pa.schema([f for i, f in enumerate(schema) if i not in parts], schema.metadata)
         staged: dict[tuple[str | None, ...], _StagedFile] = {}  # partition values -> the file holding them
-        prefix = f"part-{self.query_id[:8]}-e{epoch:08d}-{encode_region(region)}"
+        prefix = f"part-{self.query_id}-e{epoch:08d}-{encode_region(region)}"
         try:
             for batch in chain_first(first, batches):
                 batch = batch.cast(schema) if relabel else batch
                 for values, rows in _by_partition(batch, parts):
                     out = staged.get(values)
                     if out is None:
-                        out = staged[values] = _StagedFile(directory, prefix, file_schema)
+                        out = staged[values] = _StagedFile(self.storage, prefix, file_schema)
                     out.write(rows.select([i for i in range(rows.num_columns) if i not in parts]) if parts else rows)
             for out in staged.values():
                 out.close()
@@ -102,7 +112,8 @@ class DeltaTarget(Target[dict[str, Any] | None]):
         files = [{"name": out.name, "size": out.size, "rows": out.rows,
                   "partition": dict(zip(self.partition_columns, values, strict=True))}
                  for values, out in staged.items()]
-        return {"files": files, "schema": _encode_schema(schema), "partition_columns": self.partition_columns}
+        return {"files": files, "schema": _encode_schema(schema), "partition_columns": self.partition_columns,
+                "in_table": True}
 
     # -- phase two, on the driver ------------------------------------------------------------
 
@@ -113,7 +124,6 @@ class DeltaTarget(Target[dict[str, Any] | None]):
         staged = [h for h in handles.values() if h is not None]
         if staged and self.dead_letters:
             self._check_dead_letter_schema(_schema_of(staged[0]))
-        staging, table_dir = os.fspath(self.staging / f"e{epoch}"), os.fspath(self.table)
         table = self._open()
         if table is not None:
             done = table.transaction_version(self.app_id)
@@ -127,13 +137,16 @@ class DeltaTarget(Target[dict[str, Any] | None]):
             if new_columns:
                 self._commit_merging(epoch, staged, table, properties)
                 return
-        for handle in staged:  # into the table directory; a re-run finds them moved already
-            for f in _files_of(handle):
-                _move_into_table(staging, table_dir, f["name"], epoch)
+        for handle in staged:
+            if not handle.get("in_table"):  # staged aside by an older regional, before its crash: move it in
+                for f in _files_of(handle):
+                    _move_into_table(self.table, f"{STAGING_DIR}/{self.query_id}/e{epoch}", f["name"], epoch)
+        self._check_written(epoch, staged)
         if table is None:
             if not staged:
                 return
-            table = self._delta = DeltaTable.create(str(self.table), _schema_of(staged[0]), mode="ignore")
+            table = self._delta = DeltaTable.create(self._uri, _schema_of(staged[0]), mode="ignore",
+                                                    storage_options=self._delta_options())
         now = int(time.time() * 1000)
         adds = [AddAction(f["name"], int(f["size"]), f.get("partition", {}), now, True,
                           f'{{"numRecords":{int(f["rows"])}}}')
@@ -150,7 +163,7 @@ class DeltaTarget(Target[dict[str, Any] | None]):
         pieces = []
         for handle in staged:
             for f in _files_of(handle):
-                data = pq.read_table(self._staged_path(epoch, f["name"]))
+                data = pq.read_table(pa.BufferReader(self._staged_bytes(epoch, handle, f["name"])))
                 for column in parts:  # back from the file's partition values into the rows
                     value = f.get("partition", {}).get(column)
                     values = pa.array([value] * data.num_rows, pa.string()).cast(types[column])
@@ -158,19 +171,37 @@ class DeltaTarget(Target[dict[str, Any] | None]):
                 pieces.append(data)
         write_deltalake(table, pa.concat_tables(pieces, promote_options="default"), mode="append",
                         schema_mode="merge", partition_by=parts or None, commit_properties=properties)
-        for handle in staged:
+        for handle in staged:  # written again by the merge: never added, so no reader ever saw them
             for f in _files_of(handle):
-                self._staged_path(epoch, f["name"]).unlink(missing_ok=True)
+                self._delete_written(epoch, handle, f["name"])
 
-    def _staged_path(self, epoch: int, name: str) -> Any:
-        """Where a staged file is: in the staging directory, or in the table's if a crashed commit moved it."""
-        staged = self.staging / f"e{epoch}" / name
-        return staged if staged.exists() else self.table / name
+    def _check_written(self, epoch: int, staged: list[dict[str, Any]]) -> None:
+        """Every file the epoch adds is there, whole (its size as the task wrote it): a table must never
+        reference a file it does not have. One HEAD per file, asked in parallel on an object store."""
+        sizes = {f["name"]: int(f["size"]) for h in staged for f in _files_of(h)}
+        for name, info in self.storage.heads(sorted(sizes)).items():
+            if info is None or info.size != sizes[name]:
+                raise _gone(self.storage.describe(name), epoch)
+
+    def _staged_bytes(self, epoch: int, handle: dict[str, Any], name: str) -> bytes:
+        """A written file's bytes (in the table, or in an older regional's staging directory)."""
+        data = self.storage.read(name)
+        if data is None and not handle.get("in_table"):
+            data = self.staging.read(f"e{epoch}/{name}")
+        if data is None:
+            raise _gone(self.storage.describe(name), epoch)
+        return data
+
+    def _delete_written(self, epoch: int, handle: dict[str, Any], name: str) -> None:
+        if handle.get("in_table"):
+            self.storage.delete(name)
+        else:
+            self.staging.delete(f"e{epoch}/{name}")
 
     def abort(self, epoch: int, handles: dict[str, Any]) -> None:
         for handle in handles.values():
             for f in _files_of(handle) if handle is not None else ():
-                (self.staging / f"e{epoch}" / f["name"]).unlink(missing_ok=True)
+                self._delete_written(epoch, handle, f["name"])
 
     def open(self, schema: pa.Schema) -> None:
         """Check the query's columns against the table's before anything is staged (a new table is created by
@@ -214,6 +245,18 @@ class DeltaTarget(Target[dict[str, Any] | None]):
     def location(self) -> str:
         return str(self.table)
 
+    @property
+    def _uri(self) -> str:
+        return str(self.table)
+
+    def _delta_options(self) -> dict[str, str] | None:
+        """delta-rs's storage options: the session's (``regional.storage.config``). On S3, commits are made with
+        a conditional put (If-None-Match), which S3 has had since 2024, instead of a lock service."""
+        options = object_store_options(self.table)
+        if self.table.scheme == "s3":
+            options.setdefault("conditional_put", "etag")
+        return options or None
+
     def _check_dead_letter_schema(self, schema: pa.Schema) -> None:
         """A table that holds other columns, or the same names with other types (another source's dead letters),
         is refused: Delta files of another shape would be added to it unchecked."""
@@ -228,12 +271,21 @@ class DeltaTarget(Target[dict[str, Any] | None]):
                 f"letters have {_describe(schema)}: give each source type its own dead-letter table")
 
     def sweep(self, up_to_epoch: int) -> None:
-        """Remove staged files of epochs up to ``up_to_epoch``: their epochs are recorded, so what was
-        published has moved into the table and what is left (dead tasks, discarded slices) never will."""
-        for entry in self.staging.iterdir() if self.staging.is_dir() else ():
-            match = _EPOCH_DIR.match(entry.name)
+        """Remove this query's files of epochs up to ``up_to_epoch`` that the table does not hold: those epochs
+        are recorded, so these files (task attempts that died, slices discarded before a crash) never will be
+        added. One listing of the table's top level (regional writes its files there)."""
+        listed = self.storage.list()
+        table = self._open() if listed else None
+        held = _held_files(table) if table is not None else set()
+        for info in listed:
+            match = _FILE_EPOCH.match(info.name)
+            if (match and match["query"] == self.query_id and int(match["epoch"]) <= up_to_epoch
+                    and info.name not in held):
+                self.storage.delete(info.name)
+        for info in self.staging.list("", recursive=True):  # an older regional's staging directory
+            match = _EPOCH_DIR.match(info.name.split("/", 1)[0])
             if match and int(match.group(1)) <= up_to_epoch:
-                shutil.rmtree(entry, ignore_errors=True)
+                self.staging.delete(info.name)
 
     def _open(self) -> Any:
         """The table, or None before its first commit. Opened once; later calls bring it up to date."""
@@ -244,7 +296,7 @@ class DeltaTarget(Target[dict[str, Any] | None]):
             self._delta.update_incremental()
             return self._delta
         try:
-            self._delta = DeltaTable(str(self.table))
+            self._delta = DeltaTable(self._uri, storage_options=self._delta_options())
         except TableNotFoundError:
             return None
         return self._delta
@@ -319,26 +371,30 @@ def _arrow_schema(table: Any) -> pa.Schema:
 
 
 class _StagedFile:
-    """One parquet file a task stages: one per partition value of a partitioned table, else one per slice."""
+    """One parquet file a task writes into the table's location: one per partition value of a partitioned table,
+    else one per slice. It exists, whole, once closed; a discarded one never appears."""
 
-    def __init__(self, directory: Any, prefix: str, schema: pa.Schema) -> None:
+    def __init__(self, storage: Storage, prefix: str, schema: pa.Schema) -> None:
         self.name = f"{prefix}-{uuid.uuid4().hex[:12]}.parquet"
-        self.path = directory / self.name
+        self.storage = storage
         self.rows = 0
         self.size = 0
-        self._writer = pq.ParquetWriter(self.path, schema, compression="snappy")
+        self._file = storage.open_writer(self.name)
+        self._writer = pq.ParquetWriter(self._file, schema, compression="snappy")
 
     def write(self, batch: pa.RecordBatch) -> None:
         self._writer.write_batch(batch)
         self.rows += batch.num_rows
 
     def close(self) -> None:
-        self._writer.close()
-        self.size = self.path.stat().st_size
+        self._writer.close()  # the parquet footer; the file object stays open
+        self.size = self._file.tell()
+        self._file.close()
 
     def discard(self) -> None:
-        self._writer.close()
-        self.path.unlink(missing_ok=True)
+        with contextlib.suppress(Exception):  # the footer, into the file that is then dropped unfinished
+            self._writer.close()
+        self.storage.discard(self._file)
 
 
 def _by_partition(batch: pa.RecordBatch, parts: list[int]) -> Iterator[tuple[tuple[str | None, ...], pa.RecordBatch]]:
@@ -358,6 +414,13 @@ def _by_partition(batch: pa.RecordBatch, parts: list[int]) -> Iterator[tuple[tup
         yield values, batch.filter(mask)
 
 
+def _held_files(table: Any) -> set[str]:
+    """The paths (relative to the table) of the files the table holds now."""
+    from urllib.parse import unquote
+
+    return {unquote(str(p)) for p in table.get_add_actions().column("path").to_pylist()}
+
+
 def _files_of(handle: dict[str, Any]) -> list[dict[str, Any]]:
     """The files a handle staged (a handle written before partitioned tables named one file, with no partition)."""
     return list(handle["files"]) if "files" in handle else [handle]
@@ -371,17 +434,21 @@ def _schema_of(handle: dict[str, Any]) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(handle["schema"])))
 
 
-def _move_into_table(staging: str, table: str, name: str, epoch: int) -> None:
-    """One staged file into the table directory (plain string paths: this runs once per region per epoch)."""
+def _move_into_table(table: Location, staging: str, name: str, epoch: int) -> None:
+    """A file an older regional staged aside (local tables only), into the table directory; a re-run finds it
+    moved already."""
+    source, target = os.path.join(table.path, staging, name), os.path.join(table.path, name)
     try:
-        os.replace(os.path.join(staging, name), os.path.join(table, name))
+        os.replace(source, target)
     except FileNotFoundError:
-        if not os.path.exists(os.path.join(table, name)):
-            raise RegionalStoreError(
-                f"the staged file {os.path.join(staging, name)} of epoch {epoch} is gone before it was published "
-                "(was the table's staging directory cleaned by hand?); its rows cannot be published. Restore it, "
-                "or start a new checkpointLocation"
-            ) from None
+        if not os.path.exists(target):
+            raise _gone(source, epoch) from None
+
+
+def _gone(where: str, epoch: int) -> RegionalStoreError:
+    return RegionalStoreError(
+        f"the file {where} of epoch {epoch} is gone before it was published (was it deleted by hand?); its rows "
+        "cannot be published. Restore it, or start a new checkpointLocation")
 
 
 def _report_metadata(epoch: int, query_id: str, report: EpochReport | None) -> dict[str, Any]:

@@ -108,17 +108,22 @@ def check(expected: Mapping[str, Sequence[tuple[int, Any]]], landed: Iterable[La
 
 def delta_landed(table: str | Path, columns: Sequence[str] = ("region", "offset", "value")) -> list[Landed]:
     """A Delta table's rows, each with the version whose commit added its file, read from the JSON commits in
-    ``_delta_log`` (a table whose old commits were cleaned up cannot be checked this way)."""
+    ``_delta_log`` (a table whose old commits were cleaned up cannot be checked this way). The table may be on
+    any storage regional reaches (``s3a://...``, with the storage settings of this process)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = Path(table)
-    log = table / "_delta_log"
+    from regional.location import parse_location
+    from regional.storage import open_storage
+
+    storage = open_storage(parse_location("table", str(table)))
     rows: list[Landed] = []
     removed: set[str] = set()
     added: list[tuple[int, str]] = []
-    for commit in sorted(log.glob("*.json")):
-        version = int(commit.stem)
-        for line in commit.read_text().splitlines():
+    commits = sorted(i.name for i in storage.list("_delta_log") if i.name.endswith(".json"))
+    for name in commits:
+        version = int(name.rsplit("/", 1)[-1].split(".")[0])
+        for line in (storage.read(name) or b"").decode().splitlines():
             action = json.loads(line) if line.strip() else {}
             if "add" in action:
                 added.append((version, action["add"]["path"]))
@@ -127,7 +132,10 @@ def delta_landed(table: str | Path, columns: Sequence[str] = ("region", "offset"
     for version, path in added:
         if path in removed:
             continue
-        data = pq.read_table(table / unquote(path), columns=list(columns))
+        raw = storage.read(unquote(path))
+        if raw is None:
+            raise AssertionError(f"the table's version {version} adds {path}, which is not in {storage.describe()}")
+        data = pq.read_table(pa.BufferReader(raw), columns=list(columns))
         region, offset, value = (data.column(c).to_pylist() for c in columns)
         rows.extend(Landed(r, o, v, version) for r, o, v in zip(region, offset, value, strict=True))
     return rows
