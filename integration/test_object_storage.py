@@ -133,6 +133,11 @@ def test_a_second_driver_is_fenced_on_s3_until_the_first_ones_lease_expires(s3, 
         second.fence()  # still held: no error
         second.release_fence()
         assert second.storage.fence_holder(_FENCE) is None  # a clean end lets the next start at once
+        third = Store(str(store.checkpoint))
+        started = time.monotonic()
+        third.fence(wait_s=0)
+        assert time.monotonic() - started < 3.0 and third.storage.fence_holder(_FENCE)["token"] == third.fence_token
+        third.release_fence()
     finally:
         if child.poll() is None:
             child.kill()

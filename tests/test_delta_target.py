@@ -54,7 +54,7 @@ def test_a_new_query_on_the_same_table_is_not_skipped(tmp_path):
     assert sorted(values) == ["new-0", "new-1", "old-0", "old-1"]
 
 
-def test_files_go_straight_into_the_table_abort_and_sweep_remove_what_is_never_added(tmp_path):
+def test_files_go_straight_into_the_table_and_abort_removes_only_what_is_not_published(tmp_path):
     t = target(tmp_path)
     handle = t.prepare(0, "a/../b", batches("x", 0, 2))
     written = tmp_path / "t" / handle["files"][0]["name"]
@@ -63,16 +63,26 @@ def test_files_go_straight_into_the_table_abort_and_sweep_remove_what_is_never_a
     t.abort(0, {"a/../b": handle})
     assert not written.exists()
     assert t.prepare(0, "a", iter([])) is None
-    t.commit(0, {"a": t.prepare(0, "a", batches("a", 0, 1))})
-    orphans = [t.prepare(e, "a", batches("a", 1, 2)) for e in (1, 2, 3)]  # tasks that died before phase two
-    other = load_target({"target": "delta", "path": str(tmp_path / "t"),
-                         "queryid": "00000000-0000-4000-8000-000000000002"}).prepare(1, "a", batches("o", 0, 1))
+    published = t.prepare(1, "a", batches("a", 0, 2))
+    t.commit(1, {"a": published})
+    t.abort(1, {"a": published})  # Spark aborts a batch whose commit failed after the table took it
+    assert sorted(DeltaTable(str(tmp_path / "t")).to_pyarrow_table().column("value").to_pylist()) == ["a-0", "a-1"]
+
+
+def test_sweep_never_deletes_a_file_the_table_held_once(tmp_path):
+    """A file that OPTIMIZE (or DELETE, an overwrite) removed is still read by time travel and lagging readers:
+    only Delta's VACUUM may delete it. Files of task attempts that died are left to VACUUM too."""
+    t = target(tmp_path)
+    for epoch in (1, 2):
+        t.commit(epoch, {"a": t.prepare(epoch, "a", batches(f"e{epoch}", 0, 2))})
+    orphan = t.prepare(2, "a", batches("dead", 0, 1))  # an attempt that died: never in any commit
+    table = DeltaTable(str(tmp_path / "t"))
+    version = table.version()
+    table.optimize.compact()
     t.sweep(2)
-    left = sorted(p.name for p in (tmp_path / "t").glob("*.parquet"))
-    held = {Path(u).name for u in DeltaTable(str(tmp_path / "t")).file_uris()}
-    # the committed file, epoch 3's (not recorded yet) and another query's stay
-    assert left == sorted(held | {orphans[2]["files"][0]["name"], other["files"][0]["name"]})
-    assert len(held) == 1
+    old = DeltaTable(str(tmp_path / "t"), version=version).to_pyarrow_table().column("value").to_pylist()
+    assert sorted(old) == ["e1-0", "e1-1", "e2-0", "e2-1"]
+    assert (tmp_path / "t" / orphan["files"][0]["name"]).exists()
 
 
 def test_an_older_regionals_staged_epoch_is_moved_in_and_its_leftovers_swept(tmp_path):

@@ -166,3 +166,44 @@ def test_a_quarantined_outcome_without_rows_falls_back_as_quarantined(store):
     plan = next_plan(store, 0, {"a": 5, "b": 5, "c": 5})
     record = commit_epoch(plan, tasks_for(plan, quarantined={"c"}), store, MemoryTarget())
     assert record.fallen_back["c"].quarantined and record.regions["c"].state is Standing.QUARANTINED
+
+
+def test_spark_aborting_a_batch_whose_phase_two_failed_after_the_decision_loses_nothing(store, tmp_path,
+                                                                                         monkeypatch):
+    """Spark calls abort after a failed commit. Here the Delta commit landed and recording the epoch failed (a
+    store outage): the abort must leave the published files, and the restart finishes the epoch as decided."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    from regional.coordinator import abort_epoch
+    from regional.targets import load_target
+
+    table = tmp_path / "t"
+    target = load_target({"target": "delta", "path": str(table), "queryid": store.query_id()})
+    plan = next_plan(store, 0, {"a": 3, "b": 3})
+    tasks = [replace(t, handle=target.prepare(0, t.region, iter([pa.record_batch(
+        {"value": [f"{t.region}-{i}" for i in range(3)]})]))) for t in tasks_for(plan)]
+
+    def outage(record):
+        raise OSError("the store is unreachable")
+
+    with monkeypatch.context() as m:
+        m.setattr(store, "write_record", outage)
+        with pytest.raises(OSError):
+            commit_epoch(plan, tasks, store, target)
+    abort_epoch(store, target, 0, {f"#{t.partition}": t.handle for t in tasks})  # what Spark does next
+
+    rows = sorted(DeltaTable(str(table)).to_pyarrow_table().column("value").to_pylist())
+    assert rows == ["a-0", "a-1", "a-2", "b-0", "b-1", "b-2"]
+    restarted = load_target({"target": "delta", "path": str(table), "queryid": store.query_id()})
+    finished = ready_target(store, restarted, pa.schema([("value", pa.string())]))
+    assert finished is not None and finished.epoch == 0 and store.epochs() == [0]
+    assert sorted(DeltaTable(str(table)).to_pyarrow_table().column("value").to_pylist()) == rows
+
+
+def test_spark_aborting_an_undecided_batch_discards_its_staged_output(store):
+    from regional.coordinator import abort_epoch
+
+    target = MemoryTarget()
+    abort_epoch(store, target, 0, {"#0": "a@0-5#0"})
+    assert target.aborted == [(0, {"#0": "a@0-5#0"})]

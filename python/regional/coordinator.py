@@ -214,10 +214,23 @@ def finish(intent: Intent, store: EpochStore, target: Target[Any], dead_letter_s
     return record
 
 
-def abort_epoch(target: Target[Any], epoch: int, handles: dict[str, Any]) -> None:
-    """Spark aborted the epoch (its tasks failed for good): discard what they staged."""
-    if handles:
-        target.abort(epoch, handles)
+def abort_epoch(store: EpochStore, target: Target[Any], epoch: int, handles: dict[str, Any]) -> None:
+    """Spark aborted the epoch: its tasks failed for good, or phase two raised (Spark calls abort after a failed
+    commit). Discard what the tasks staged, unless the epoch was decided: then its intent owns the handles (some
+    may be published already) and the next start finishes it as decided. A store that cannot be read keeps
+    them too: a staged slice left behind is cleaned later, a published one deleted is a lost record."""
+    if not handles:
+        return
+    try:
+        decided = store.read_intent(epoch) is not None or store.read_record(epoch) is not None
+    except Exception as exc:  # the store is unreachable (the reason phase two failed, perhaps)
+        log.warning("regional: epoch %d was aborted and its store cannot be read (%s); its staged output is kept",
+                    epoch, exc)
+        return
+    if decided:
+        log.warning("regional: epoch %d failed after its decision; the next start finishes it as decided", epoch)
+        return
+    target.abort(epoch, handles)
 
 
 def store_query_id(store: EpochStore, epoch: int) -> str:

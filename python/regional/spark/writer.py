@@ -304,5 +304,5 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         handles = {f"#{m.outcome.partition}": m.outcome.handle for m in messages
                    if isinstance(m, RegionalCommitMessage) and m.outcome.handle is not None}
         if handles:
-            abort_epoch(self._target(), batchId, handles)
+            abort_epoch(Store(self.checkpoint), self._target(), batchId, handles)
 

@@ -13,6 +13,7 @@ compared. Transient errors (5xx, dropped connections) are retried by object_stor
 from __future__ import annotations
 
 import atexit
+import contextlib
 import io
 import json
 import os
@@ -168,7 +169,7 @@ class ObjectStorage(Storage):
 
     def try_fence(self, name: str, holder: dict[str, Any]) -> dict[str, Any] | None:
         where = self.describe(name)
-        if where in _leases and not _leases[where].lost:
+        if where in _leases and _leases[where].held():
             return None
         body = {**holder, "lease_ttl_s": LEASE_TTL_S}
         try:
@@ -181,9 +182,11 @@ class ObjectStorage(Storage):
             raise self._fail("create the lease", name, exc) from None
         current = self._get(name)
         if current is None:
-            return {}  # released a moment ago: the next call creates it
+            return {}  # removed a moment ago: the next call creates it
         raw, etag = current
         theirs = _decode(raw)
+        if theirs.get("released"):  # its holder ended cleanly: take it at once, unless someone else just did
+            return self._take_over(name, body, etag, theirs)
         now = time.monotonic()
         seen = _seen.get(where)
         if seen is None or seen[0] != etag:
@@ -192,14 +195,17 @@ class ObjectStorage(Storage):
         ttl = max(LEASE_TTL_S, float(theirs.get("lease_ttl_s", LEASE_TTL_S) or LEASE_TTL_S))
         if now - seen[1] < ttl:
             return theirs
-        try:  # unrenewed for a whole lease: its holder is gone. Take it, unless someone else just did.
+        return self._take_over(name, body, etag, theirs)  # unrenewed for a whole lease: its holder is gone
+
+    def _take_over(self, name: str, body: dict[str, Any], etag: str, theirs: dict[str, Any]) -> dict[str, Any] | None:
+        """Replace the lease whose ETag is ``etag`` with ours, unless someone else just did."""
+        _seen.pop(self.describe(name), None)
+        try:
             result = obstore.put(self.store, self.key(name), _encode(body), mode={"e_tag": etag})
-        except PreconditionError:
-            _seen.pop(where, None)
+        except (PreconditionError, FileNotFoundError):
             return theirs
         except Exception as exc:
             raise self._fail("take over the lease", name, exc) from None
-        _seen.pop(where, None)
         self._hold(name, body, str(result["e_tag"]))
         return None
 
@@ -217,7 +223,8 @@ class ObjectStorage(Storage):
 
     def fence_holder(self, name: str) -> dict[str, Any] | None:
         raw = self.read(name)
-        return None if raw is None else _decode(raw)
+        holder = None if raw is None else _decode(raw)
+        return None if holder is None or holder.get("released") else holder
 
     def release_fence(self, name: str) -> None:
         lease = _leases.pop(self.describe(name), None)
@@ -247,26 +254,43 @@ class _Lease:
         while not self._stop.wait(LEASE_TTL_S / 3):
             if not self.held():
                 return
+            # The lease counts from before the request: a slow answer must not stretch it past the waiter's view.
+            sent = time.monotonic()
             body = {**self.body, "renewed_at": time.time()}
             try:
                 result = obstore.put(self.storage.store, self.storage.key(self.name), _encode(body),
                                      mode={"e_tag": self.etag})
-            except PreconditionError:
-                self.lost, self.why = True, "another driver replaced it"
-                return
+            except (PreconditionError, FileNotFoundError):
+                etag = self._ours_after_retry(body)
+                if etag is None:
+                    self.lost, self.why = True, "another driver replaced it"
+                    return
+                self.etag, self.renewed = etag, sent
+                continue
             except Exception:  # transient: renew again next time; held() turns it lost at expiry
                 continue
-            self.etag, self.renewed = str(result["e_tag"]), time.monotonic()
+            self.etag, self.renewed = str(result["e_tag"]), sent
+
+    def _ours_after_retry(self, body: dict[str, Any]) -> str | None:
+        """A renewal refused as if replaced may be our own retried PUT whose first try landed: the ETag of the
+        lease if it holds exactly ``body``, else None (it is another driver's)."""
+        try:
+            current = self.storage._get(self.name)
+        except Exception:
+            return None
+        return current[1] if current is not None and _decode(current[0]) == body else None
 
     def release(self) -> None:
-        """At a clean end: remove the lease if it is still ours, so that the next run need not wait it out."""
+        """At a clean end: mark the lease released if it is still ours (a conditional PUT on its ETag, so that a
+        driver that took it over meanwhile keeps it), so that the next run need not wait it out."""
         self._stop.set()
-        if self.lost:
+        if not self.held():
             return
-        current = self.storage._get(self.name)
-        if current is not None and current[1] == self.etag:
-            self.storage.delete(self.name)
         self.lost, self.why = True, "released"
+        released = {"released": True, "token": self.body.get("token"), "released_at": time.time()}
+        with contextlib.suppress(Exception):  # not ours any more, or the store is unreachable: it expires
+            obstore.put(self.storage.store, self.storage.key(self.name), _encode(released),
+                        mode={"e_tag": self.etag})
 
 
 class _ObjectWriter(io.RawIOBase):

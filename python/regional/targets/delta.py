@@ -9,7 +9,7 @@ Phase two (driver): one Delta transaction adds the committed regions' files, car
 put). Idempotency is checked, not assumed: the table's transaction version for the app id is read first, and an
 epoch at or below it is not committed again (delta-rs does not skip duplicates by itself). The files of regions
 that fell back are deleted by the driver, which has their names (``abort``); files of task attempts that died are
-found by ``sweep``: regional's names of recorded epochs that the table does not hold.
+left to Delta's VACUUM, as delta-spark leaves its own (see ``sweep``).
 
 The storage settings are the session's (``regional.storage.config``): regional's files and delta-rs's commits go
 through the same object_store configuration, which never reaches the table's log.
@@ -54,8 +54,6 @@ PARTITION_COLUMNS_OPTION = "regional.partitioncolumns"  # set by open() for the 
 # Delta types a partition value is written for (as Delta spells them: the value's text, e.g. 2024-01-31).
 PARTITION_TYPES = {"string", "long", "integer", "short", "byte", "boolean", "date"}
 _EPOCH_DIR = re.compile(r"^e(\d+)$")
-# regional's data file names: part-<query id>-e<epoch>-<region>-<random>.parquet
-_FILE_EPOCH = re.compile(r"^part-(?P<query>[0-9a-f-]{36})-e(?P<epoch>\d{8,})-.*\.parquet$")
 
 
 def create(options: dict[str, str]) -> DeltaTarget:
@@ -199,9 +197,16 @@ class DeltaTarget(Target[dict[str, Any] | None]):
             self.staging.delete(f"e{epoch}/{name}")
 
     def abort(self, epoch: int, handles: dict[str, Any]) -> None:
-        for handle in handles.values():
-            for f in _files_of(handle) if handle is not None else ():
-                self._delete_written(epoch, handle, f["name"])
+        """Delete the files of slices that are not published. A file the table holds is never deleted, whoever
+        asks: it was published (a handle may reach here twice, as Spark aborts a batch whose commit failed)."""
+        names = [(h, f["name"]) for h in handles.values() if h is not None for f in _files_of(h)]
+        if not names:
+            return
+        table = self._open()
+        held = _held_files(table) if table is not None else set()
+        for handle, name in names:
+            if name not in held:
+                self._delete_written(epoch, handle, name)
 
     def open(self, schema: pa.Schema) -> None:
         """Check the query's columns against the table's before anything is staged (a new table is created by
@@ -271,18 +276,14 @@ class DeltaTarget(Target[dict[str, Any] | None]):
                 f"letters have {_describe(schema)}: give each source type its own dead-letter table")
 
     def sweep(self, up_to_epoch: int) -> None:
-        """Remove this query's files of epochs up to ``up_to_epoch`` that the table does not hold: those epochs
-        are recorded, so these files (task attempts that died, slices discarded before a crash) never will be
-        added. One listing of the table's top level (regional writes its files there)."""
-        listed = self.storage.list()
-        table = self._open() if listed else None
-        held = _held_files(table) if table is not None else set()
-        for info in listed:
-            match = _FILE_EPOCH.match(info.name)
-            if (match and match["query"] == self.query_id and int(match["epoch"]) <= up_to_epoch
-                    and info.name not in held):
-                self.storage.delete(info.name)
-        for info in self.staging.list("", recursive=True):  # an older regional's staging directory
+        """Remove what an older regional staged aside for epochs up to ``up_to_epoch`` (``STAGING_DIR``).
+
+        Files in the table's location are never swept by listing: "not in the table now" does not tell a file
+        that was never added from one that was added and later removed (OPTIMIZE, DELETE, an overwrite), which
+        time travel and lagging readers still need. regional deletes only the files it knows were never added
+        (``abort``: the handles of slices that were not published); files of task attempts that died are left
+        to Delta's VACUUM, as delta-spark leaves its own."""
+        for info in self.staging.list("", recursive=True):
             match = _EPOCH_DIR.match(info.name.split("/", 1)[0])
             if match and int(match.group(1)) <= up_to_epoch:
                 self.staging.delete(info.name)
