@@ -229,3 +229,64 @@ def test_everything_on_s3_a_failing_region_a_poison_record_and_a_sigkill(s3, tmp
     bucket_storage = open_storage(parse_location("bucket", bucket))
     for info in bucket_storage.list("", recursive=True):  # the keys reached no file, no commit
         assert SECRET_KEY.encode() not in (bucket_storage.read(info.name) or b""), info.name
+
+
+def test_503s_dropped_connections_and_a_restarted_s3_lose_and_double_nothing(s3, tmp_path, monkeypatch):
+    """Everything on S3 behind a proxy that answers 503 (Slow Down) and drops connections, on and off, and the S3
+    server restarted once (down 3 s), while the query runs (regional's store, Spark's s3a offset log, delta-rs's
+    commits and the tasks' uploads all go through it). The query may ride the faults out on retries, or stop
+    with an error and be started again, as a user would: either way every record lands once and the poison one
+    only in the dead letters."""
+    from deltalake import DeltaTable
+
+    from regional.storage.config import object_store_options
+    from regional.testing.exactly_once import check, delta_landed
+    from regional.testing.faulty_proxy import FaultyProxy
+
+    bucket = s3.create_bucket(f"faults-{uuid.uuid4().hex[:12]}")
+    ck, out, dlq = f"{bucket}/ck", f"{bucket}/out", f"{bucket}/dead-letters"
+    inp, b_down = tmp_path / "in", tmp_path / "b_down"
+    inputs = add_epoch_of_files(inp, ["a", "b", "c"], "001", 24)
+    poison = ("a", 13)
+    proxy = FaultyProxy(("127.0.0.1", s3.port))
+    monkeypatch.setenv("REGIONAL_LEASE_TTL_S", "5")
+    stop = threading.Event()
+
+    restarts = []
+
+    def chaos() -> None:
+        while not stop.wait(2.0):
+            if not restarts:  # once: the S3 server itself goes down for 3 s and comes back
+                s3.restart(down_s=3.0)
+                restarts.append(time.monotonic())
+                continue
+            for mode in ("503", "pass", "drop"):
+                proxy.set_mode(mode)
+                if stop.wait(0.6 if mode != "pass" else 2.0):
+                    break
+            proxy.set_mode("pass")
+
+    args = [sys.executable, "-m", "integration.s3_child", str(inp), out, ck, proxy.endpoint, str(b_down), dlq,
+            inputs["a"][13]]
+    thread = threading.Thread(target=chaos, daemon=True)
+    thread.start()
+    runs: list[str] = []
+    try:
+        for _ in range(6):
+            child = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+            runs.append("finished" if child.returncode == 0 else child.stdout[-1500:] + child.stderr[-1500:])
+            if child.returncode == 0:
+                break
+    finally:
+        stop.set()
+        thread.join()
+        proxy.stop()
+    assert runs[-1] == "finished", runs
+    assert proxy.faults > 0 and restarts
+    print(f"runs: {len(runs)}; connections faulted: {proxy.faults}")
+
+    expected = {r: [(o, v.upper()) for o, v in enumerate(values) if (r, o) != poison] for r, values in inputs.items()}
+    check(expected, delta_landed(out)).assert_ok()
+    options = object_store_options(parse_location("dlq", dlq))
+    letters = DeltaTable(dlq, storage_options=options).to_pyarrow_table().to_pylist()
+    assert [(r["region"], r["offset"], r["value"]) for r in letters] == [("a", 13, inputs["a"][13])]

@@ -215,9 +215,10 @@ class ObjectStorage(Storage):
 
     def check_fence(self, name: str) -> None:
         lease = _leases.get(self.describe(name))
-        if lease is not None and not lease.held():
+        if lease is None or not lease.held():  # lost, or released by another run of this process
             raise FenceLost(
-                f"this driver's lease {self.describe(name)} on the query's checkpoint was lost ({lease.why}): "
+                f"this driver's lease {self.describe(name)} on the query's checkpoint was lost "
+                f"({lease.why if lease is not None else 'released'}): "
                 "another driver may be running the query. This one stops before it publishes anything more; "
                 "start the query again once the other has stopped")
 
