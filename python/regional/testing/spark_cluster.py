@@ -20,7 +20,13 @@ START_TIMEOUT_S = 90.0
 
 
 class StandaloneCluster:
-    def __init__(self, workdir: Path, workers: int = 2, cores: int = 1, memory: str = "1g") -> None:
+    def __init__(self, workdir: Path, workers: int = 2, cores: int = 1, memory: str = "1g",
+                 private_dirs: list[Path] | None = None) -> None:
+        """``private_dirs``: directories the workers (and their executors) must not see. Each worker then runs in
+        a mount namespace of its own (``unshare --mount``, as root) with an empty tmpfs over each of them: what
+        the driver and the test write there does not reach the executors, which see only what they are sent
+        (and object storage). The worker's own directories may be under them: they land on its tmpfs."""
+        self.private_dirs = [Path(d) for d in private_dirs or []]
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port, self.ui_port = free_port(), free_port()
@@ -33,10 +39,16 @@ class StandaloneCluster:
         return {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1",
                 "SPARK_LOG_DIR": str(self.workdir / "logs"), "SPARK_WORKER_DIR": str(self.workdir / "work")}
 
-    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, *args: str, private: bool = False) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"{name}.log", "wb")
-        return subprocess.Popen([str(spark_home() / "bin" / "spark-class"), *args], env=self._env(), stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        command = [str(spark_home() / "bin" / "spark-class"), *args]
+        if private and self.private_dirs:
+            mounts = " && ".join(f'mount -t tmpfs tmpfs "${i + 1}"' for i in range(len(self.private_dirs)))
+            script = f'{mounts} && shift {len(self.private_dirs)} && exec "$@"'
+            command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh",
+                       *map(str, self.private_dirs), *command]
+        return subprocess.Popen(command, env=self._env(), stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
 
     def start(self) -> StandaloneCluster:
         self.master = self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
@@ -51,7 +63,7 @@ class StandaloneCluster:
         self.workers.append(self._spawn(
             f"worker-{i}", "org.apache.spark.deploy.worker.Worker", self.url, "--host", "127.0.0.1",
             "--cores", str(self.cores), "--memory", self.memory, "--webui-port", str(free_port()),
-            "--work-dir", str(self.workdir / f"work-{i}")))
+            "--work-dir", str(self.workdir / f"work-{i}"), private=True))
 
     def state(self) -> dict | None:
         """The master's JSON status page, or None while it does not answer."""
