@@ -36,6 +36,8 @@ OTHERS = {
     "kafka": (["--records", "200000", "--repeats", "1"], ["--records", "2000000", "--repeats", "2"]),
     "postgres": (["--rows", "100000", "--repeats", "1"], ["--rows", "1000000", "--repeats", "2"]),
     "dead_letters": (["--per-region", "5000"], ["--per-region", "20000"]),
+    "s3": (["--rows-per-file", "10000", "--files-per-region", "2", "--repeats", "1"],
+           ["--rows-per-file", "62500", "--files-per-region", "4", "--repeats", "3"]),
 }
 
 

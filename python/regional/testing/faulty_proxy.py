@@ -1,5 +1,6 @@
-"""A TCP proxy on a loopback port that injects the faults an object store shows: HTTP 503 (Slow Down) answers and
-dropped connections, switched on and off by the test while a query runs.
+"""A TCP proxy on a loopback port in front of an object store: it counts what clients send, and injects the
+faults an object store shows: HTTP 503 (Slow Down) answers and dropped connections, switched on and off by the
+test while a query runs.
 
 Faults are decided per connection: while a fault is on, every new connection gets it, and the connections open
 when it is switched on are cut (clients pool their connections; cut ones reconnect and meet the fault).
@@ -28,6 +29,7 @@ class FaultyProxy:
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.mode = "pass"
         self.faults = 0  # connections that met a fault
+        self.sent_bytes = 0  # bytes the clients sent through (requests and their bodies: what was PUT)
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", self.port))
@@ -78,15 +80,18 @@ class FaultyProxy:
             self._open.update((client, upstream))
         done = threading.Event()
 
-        def pump(source: socket.socket, sink: socket.socket) -> None:
+        def pump(source: socket.socket, sink: socket.socket, counted: bool = False) -> None:
             with contextlib.suppress(OSError):
                 while data := source.recv(65536):
                     sink.sendall(data)
+                    if counted:
+                        with self._lock:
+                            self.sent_bytes += len(data)
             done.set()
 
         threading.Thread(target=pump, args=(upstream, client), daemon=True).start()
-        pump(client, upstream)
-        done.wait(1)
+        threading.Thread(target=pump, args=(client, upstream, True), daemon=True).start()
+        done.wait()  # either side ended (an idle server closing its end too): end both, so the client reconnects
         with self._lock:
             self._open.difference_update((client, upstream))
         for conn in (client, upstream):
