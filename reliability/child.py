@@ -40,13 +40,19 @@ class Query:
     slow_s: float = 0.0
     dead_letters: str = ""  # deadLetterPath
     until: str = ""  # run until this file exists
+    s3_endpoint: str = ""  # the checkpoint, the table and the dead letters are s3a:// locations on this server
 
     def args(self) -> list[str]:
         return ["reliability.child", json.dumps(asdict(self))]
 
 
 def run(q: Query) -> None:
-    spark = regional.local_spark(q.master, "regional-reliability")
+    conf = {}
+    if q.s3_endpoint:
+        from regional.testing.s3_server import spark_conf
+
+        conf = spark_conf(q.s3_endpoint)
+    spark = regional.local_spark(q.master, "regional-reliability", conf)
     regional.register(spark)
     reader = (spark.readStream.format("regional").option("source", q.source)
               .option("checkpointLocation", q.checkpoint).option("maxRecordsPerRegion", str(q.max_per_region)))

@@ -104,20 +104,27 @@ class KafkaFeed:
 
 
 def run_series(target: str, source: str, trials: int, seed: int, workdir: Path, broker: Any = None,
-               postgres: Any = None, fail_share: float = 0.1, say: Callable[[str], None] = print) -> Series:
+               postgres: Any = None, fail_share: float = 0.1, say: Callable[[str], None] = print,
+               s3: Any = None) -> Series:
     """``trials`` runs of one query, each killed at a random moment (a run that finishes first is a trial
     without a kill), then one run to the end. A driver takes 25-35 s to record its first epoch (Spark starts a
     Python process for each step of a Python data source, one after the other; later epochs take about a
     second): most kills are timed from the run's first recorded epoch (up to ``EPOCH_WINDOW_S`` later), one in
-    ``START_SHARE`` from the process start (start-up, recovery and the first epoch)."""
+    ``START_SHARE`` from the process start (start-up, recovery and the first epoch). With ``s3`` (an
+    ``S3Server``), ``target`` is ``delta-s3``: the checkpoint and the Delta table are on that server."""
     rng = random.Random(seed)
     name = f"{target}_{source}_{seed}"
     workdir.mkdir(parents=True, exist_ok=True)
     feed: Feed = FilesFeed(workdir / "in") if source == "files" else KafkaFeed(broker, f"kills.{name}")
-    query = Query(source=source, target=target, checkpoint=str(workdir / "ck"),
+    checkpoint, out = str(workdir / "ck"), str(workdir / "out")
+    if s3 is not None:
+        bucket = s3.create_bucket(f"kills-{source}-{seed}")
+        checkpoint, out = f"{bucket}/ck", f"{bucket}/out"
+    query = Query(source=source, target=target.removesuffix("-s3"), checkpoint=checkpoint,
                   input=str(workdir / "in") if source == "files" else f"kills.{name}",
-                  out=str(workdir / "out"), bootstrap=broker.bootstrap if broker else "",
-                  url=postgres.url if postgres else "", table=f"kills_{name}", fail_share=fail_share)
+                  out=out, bootstrap=broker.bootstrap if broker else "",
+                  url=postgres.url if postgres else "", table=f"kills_{name}", fail_share=fail_share,
+                  s3_endpoint=s3.endpoint if s3 is not None else "")
     if target == "postgres":
         with postgres.connect() as conn:  # no primary key: a row written twice must show, not be refused
             conn.execute(f'CREATE TABLE {query.table} (region text, "offset" bigint, value text)')
@@ -148,6 +155,12 @@ def run_series(target: str, source: str, trials: int, seed: int, workdir: Path, 
 
 
 def _reader(query: Query, postgres: Any) -> Callable[[], list[Landed]]:
+    if query.target == "delta" and query.s3_endpoint:
+        from regional.location import parse_location
+        from regional.storage import open_storage
+
+        table = open_storage(parse_location("out", query.out))
+        return lambda: delta_landed(query.out) if table.list("_delta_log") else []
     if query.target == "delta":
         return lambda: delta_landed(query.out) if Path(query.out, "_delta_log").exists() else []
     if query.target == "python":

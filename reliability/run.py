@@ -7,7 +7,8 @@
 Three parts:
 
 - ``kills``: each target (delta, the python committer ``regional.testing.committer.EpochFilesTarget``,
-  postgres) gets ``--trials`` random driver kills, half reading the files source and half a Kafka topic
+  postgres, and delta-s3: delta with the checkpoint and the table on s3proxy, its own section) gets ``--trials``
+  random driver kills, half reading the files source and half a Kafka topic
   (``reliability.random_kills``); it starts its own Kafka broker and PostgreSQL server on loopback addresses.
 - ``checks``: the campaign's pytest modules with ``REGIONAL_CAMPAIGN=1`` (the standalone cluster with executor
   and worker loss, store fuzzing, bad input, two drivers on one checkpoint, every kill point of the crash tests),
@@ -42,7 +43,8 @@ from benchmarks.sections import markers, write_section  # noqa: E402
 
 from reliability.random_kills import EPOCH_WINDOW_S, START_SHARE, START_WINDOW_S, Series, run_series  # noqa: E402
 
-TARGETS = ("delta", "python", "postgres")
+TARGETS = ("delta", "python", "postgres", "delta-s3")
+S3_LEASE_TTL_S = "10"  # a killed driver's lease holds up the next start this long (the default is 30 s)
 SOURCES = ("files", "kafka")
 CHECKS = ["integration/test_standalone_cluster.py", "tests/test_store_fuzz.py", "integration/test_bad_input.py",
           "integration/test_crash_safety.py", "integration/test_postgres_target.py::"
@@ -109,13 +111,24 @@ def kills(args: argparse.Namespace, command: str, work: Path) -> bool:
 
     broker = KafkaBroker(work / "kafka").start()
     postgres = PostgresServer().start() if "postgres" in targets else None
+    s3 = None
+    if any(t.endswith("-s3") for t in targets):
+        import json
+
+        from regional.storage.config import STORAGE_CONF_ENV
+        from regional.testing.s3_server import S3Server
+
+        s3 = S3Server(work / "s3").start()
+        os.environ[STORAGE_CONF_ENV] = json.dumps(s3.hadoop_conf())  # the checker reads the S3 tables
+        os.environ["REGIONAL_LEASE_TTL_S"] = S3_LEASE_TTL_S
 
     def one_target(t: int, target: str) -> list[Series]:
         done = []
         for s, source in enumerate(SOURCES):
             trials = args.trials // len(SOURCES) + (s < args.trials % len(SOURCES))
             done.append(run_series(target, source, trials, seed + 10 * t + s, work / f"{target}-{source}",
-                                   broker=broker, postgres=postgres, say=say))
+                                   broker=broker, postgres=postgres, say=say,
+                                   s3=s3 if target.endswith("-s3") else None))
         return done
 
     series: list[Series] = []
@@ -129,20 +142,31 @@ def kills(args: argparse.Namespace, command: str, work: Path) -> bool:
         broker.stop()
         if postgres is not None:
             postgres.remove()
-    write_section(args.report, "kills", kills_section(series, command, seed, time.monotonic() - started))
+        if s3 is not None:
+            s3.stop()
+    elapsed = time.monotonic() - started
+    local = [s for s in series if not s.target.endswith("-s3")]
+    on_s3 = [s for s in series if s.target.endswith("-s3")]
+    if local:
+        write_section(args.report, "kills", kills_section(local, command, seed, elapsed))
+    if on_s3:
+        write_section(args.report, "kills-s3", kills_section(on_s3, command, seed, elapsed, s3=True))
     return all(s.ok for s in series)
 
 
-def kills_section(series: list[Series], command: str, seed: int, elapsed: float) -> str:
+def kills_section(series: list[Series], command: str, seed: int, elapsed: float, s3: bool = False) -> str:
     import pyspark
 
     import regional
 
-    begin, end = markers("kills")
+    begin, end = markers("kills-s3" if s3 else "kills")
     lines = [
         begin,
-        "## Random kills of the driver",
+        "## Random kills of the driver, everything on S3" if s3 else "## Random kills of the driver",
         "",
+        *([f"The checkpoint (regional's store and Spark's offset log) and the Delta table on s3proxy 4.1.0 (loopback, "
+           f"s3a:// for Spark, obstore and delta-rs for regional), the lease set to {S3_LEASE_TTL_S} s "
+           "(`REGIONAL_LEASE_TTL_S`); the files source reads local files. Otherwise as below.", ""] if s3 else []),
         f"Written by `{command}` on {datetime.date.today().isoformat()} (seed {seed}, {elapsed / 60:.0f} min, "
         f"the targets' series side by side): {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"pyspark {pyspark.__version__}, regional {regional.__version__}.",
