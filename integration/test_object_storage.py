@@ -155,6 +155,9 @@ def test_a_driver_whose_lease_was_taken_over_stops(s3, monkeypatch):
         store.fence()
 
 
+# The campaign's (REGIONAL_CAMPAIGN=1): CI keeps within its time with the test below, which kills the same way with
+# everything on S3.
+@pytest.mark.campaign
 def test_a_query_with_its_checkpoint_on_s3_survives_sigkill_exactly_once(s3, tmp_path, monkeypatch):
     """Files in, Delta out (local), the store and Spark's offset log on s3a:// through the JVM shim; the driver is
     killed inside phase two, after the decision, and the restart finishes the epoch as decided."""
@@ -226,6 +229,8 @@ def test_everything_on_s3_a_failing_region_a_poison_record_and_a_sigkill(s3, tmp
         held = {u.rsplit("/", 1)[-1] for u in DeltaTable(table, storage_options=options).file_uris()}
         written = {i.name for i in storage.list("", recursive=True) if not i.name.startswith("_delta_log/")}
         assert written == held, table
+    checkpoint = {i.name for i in open_storage(parse_location("ck", ck)).list("", recursive=True)}
+    assert any(n.startswith("offsets/") for n in checkpoint) and "regional/query.json" in checkpoint  # both on S3
     bucket_storage = open_storage(parse_location("bucket", bucket))
     for info in bucket_storage.list("", recursive=True):  # the keys reached no file, no commit
         assert SECRET_KEY.encode() not in (bucket_storage.read(info.name) or b""), info.name
