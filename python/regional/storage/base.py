@@ -18,6 +18,7 @@ The guarantees the store is built on, which every implementation must give:
 from __future__ import annotations
 
 import io
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -98,13 +99,13 @@ class Storage(ABC):
             self.delete(info.name)
 
     @abstractmethod
-    def open_writer(self, name: str) -> io.RawIOBase:
+    def open_writer(self, name: str) -> ObjectWriter:
         """A binary file to write the object through; it exists, whole, once the file is closed. ``discard``
         it instead to leave nothing behind."""
 
-    @abstractmethod
-    def discard(self, writer: io.RawIOBase) -> None:
-        """Abandon a writer from ``open_writer``: the object is not created (or is removed)."""
+    def discard(self, writer: ObjectWriter) -> None:
+        """Abandon a writer from ``open_writer``: the object is not created."""
+        writer.discard()
 
     # -- the fence -----------------------------------------------------------------------
 
@@ -124,3 +125,32 @@ class Storage(ABC):
     @abstractmethod
     def fence_holder(self, name: str) -> dict[str, Any] | None:
         """Who holds (or last held) the fence ``name``, as recorded by its ``try_fence``; None if never taken."""
+
+
+class ObjectWriter(io.RawIOBase, ABC):
+    """What ``open_writer`` returns: a binary file (pyarrow writes parquet into it) whose object appears, whole,
+    only when it is closed."""
+
+    def writable(self) -> bool:
+        return True
+
+    @abstractmethod
+    def tell(self) -> int: ...
+
+    @abstractmethod
+    def discard(self) -> None:
+        """Stop writing: the object never appears."""
+
+    def __del__(self) -> None:
+        # Dropped without close() (a task that failed mid-write): nothing may appear under the final name.
+        if not self.closed:
+            self.discard()
+
+
+def decode_holder(raw: bytes) -> dict[str, Any]:
+    """A fence's holder record as ``try_fence`` wrote it; ``{}`` when it is unreadable."""
+    try:
+        holder = json.loads(raw.decode("utf-8", "replace"))
+    except ValueError:
+        return {}
+    return holder if isinstance(holder, dict) else {}

@@ -5,7 +5,6 @@ directory; ``create`` hard-links the temporary file into place (fails if the nam
 from __future__ import annotations
 
 import fcntl
-import io
 import json
 import os
 import uuid
@@ -14,7 +13,7 @@ from typing import Any
 
 from regional.errors import RegionalStoreError
 from regional.location import Location
-from regional.storage.base import ObjectInfo, Storage
+from regional.storage.base import ObjectInfo, ObjectWriter, Storage, decode_holder
 
 _locks: dict[str, int] = {}  # fence files this process holds, and their descriptors
 
@@ -102,14 +101,11 @@ class LocalStorage(Storage):
                 _rmdir(os.path.join(root, d))
         _rmdir(str(self._file(directory)))
 
-    def open_writer(self, name: str) -> io.RawIOBase:
+    def open_writer(self, name: str) -> ObjectWriter:
         path = self._file(name)
         path.parent.mkdir(parents=True, exist_ok=True)
         return _LocalWriter(path)
 
-    def discard(self, writer: io.RawIOBase) -> None:
-        assert isinstance(writer, _LocalWriter)
-        writer.discard_now()
 
     # -- the fence: flock ---------------------------------------------------------------
 
@@ -123,7 +119,7 @@ class LocalStorage(Storage):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            current = _parse_holder(os.pread(fd, 4096, 0))
+            current = decode_holder(os.pread(fd, 4096, 0))
             os.close(fd)
             return current
         os.ftruncate(fd, 0)
@@ -134,10 +130,10 @@ class LocalStorage(Storage):
 
     def fence_holder(self, name: str) -> dict[str, Any] | None:
         raw = self.read(name)
-        return None if raw is None else _parse_holder(raw)
+        return None if raw is None else decode_holder(raw)
 
 
-class _LocalWriter(io.RawIOBase):
+class _LocalWriter(ObjectWriter):
     """A file written aside under a hidden name and renamed into place when closed."""
 
     def __init__(self, path: Path) -> None:
@@ -158,14 +154,6 @@ class _LocalWriter(io.RawIOBase):
     def closed(self) -> bool:
         return self.file.closed
 
-    def writable(self) -> bool:
-        return True
-
-    def __del__(self) -> None:
-        # Dropped without close() (a task that failed mid-write): nothing may appear under the final name.
-        if not self.closed:
-            self.discard_now()
-
     def close(self) -> None:
         if self.file.closed:
             return
@@ -174,17 +162,9 @@ class _LocalWriter(io.RawIOBase):
         self.file.close()
         os.replace(self.tmp, self.path)
 
-    def discard_now(self) -> None:
+    def discard(self) -> None:
         self.file.close()
         self.tmp.unlink(missing_ok=True)
-
-
-def _parse_holder(raw: bytes) -> dict[str, Any]:
-    try:
-        holder = json.loads(raw.decode("utf-8", "replace"))
-    except ValueError:
-        return {}
-    return holder if isinstance(holder, dict) else {}
 
 
 def _write_temporary(path: Path, data: bytes) -> Path:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import io
 import json
 import os
 import threading
@@ -27,7 +26,7 @@ from obstore.exceptions import AlreadyExistsError, PreconditionError
 from regional.errors import RegionalStoreError
 from regional.location import Location
 from regional.storage import config
-from regional.storage.base import FenceLost, ObjectInfo, Storage
+from regional.storage.base import FenceLost, ObjectInfo, ObjectWriter, Storage, decode_holder
 
 # A lease not renewed for this long is taken over. Tests shorten it through the environment.
 LEASE_TTL_S = float(os.environ.get("REGIONAL_LEASE_TTL_S", "30"))
@@ -156,14 +155,8 @@ class ObjectStorage(Storage):
             raise self._fail("list", directory, exc) from None
         return [ObjectInfo(str(m["path"])[base:], int(m["size"]), m["last_modified"].timestamp()) for m in metas]
 
-    def open_writer(self, name: str) -> io.RawIOBase:
+    def open_writer(self, name: str) -> ObjectWriter:
         return _ObjectWriter(obstore.open_writer(self.store, self.key(name)))
-
-    def discard(self, writer: io.RawIOBase) -> None:
-        # Not closed, the upload is never completed: no object appears (a started multipart upload is left to
-        # the bucket's lifecycle rule for incomplete uploads).
-        assert isinstance(writer, _ObjectWriter)
-        writer.discard_now()
 
     # -- the fence: a lease ---------------------------------------------------------------------
 
@@ -184,7 +177,7 @@ class ObjectStorage(Storage):
         if current is None:
             return {}  # removed a moment ago: the next call creates it
         raw, etag = current
-        theirs = _decode(raw)
+        theirs = decode_holder(raw)
         if theirs.get("released"):  # its holder ended cleanly: take it at once, unless someone else just did
             return self._take_over(name, body, etag, theirs)
         now = time.monotonic()
@@ -224,7 +217,7 @@ class ObjectStorage(Storage):
 
     def fence_holder(self, name: str) -> dict[str, Any] | None:
         raw = self.read(name)
-        holder = None if raw is None else _decode(raw)
+        holder = None if raw is None else decode_holder(raw)
         return None if holder is None or holder.get("released") else holder
 
     def release_fence(self, name: str) -> None:
@@ -279,7 +272,7 @@ class _Lease:
             current = self.storage._get(self.name)
         except Exception:
             return None
-        return current[1] if current is not None and _decode(current[0]) == body else None
+        return current[1] if current is not None and decode_holder(current[0]) == body else None
 
     def release(self) -> None:
         """At a clean end: mark the lease released if it is still ours (a conditional PUT on its ETag, so that a
@@ -294,7 +287,7 @@ class _Lease:
                         mode={"e_tag": self.etag})
 
 
-class _ObjectWriter(io.RawIOBase):
+class _ObjectWriter(ObjectWriter):
     """obstore's writable file, with the position pyarrow asks for."""
 
     def __init__(self, file: Any) -> None:
@@ -317,29 +310,15 @@ class _ObjectWriter(io.RawIOBase):
     def closed(self) -> bool:
         return bool(self.discarded or self.file.closed())
 
-    def writable(self) -> bool:
-        return True
-
-    def __del__(self) -> None:
-        # Dropped without close() (a task that failed mid-write): nothing may appear under the final name.
-        if not self.closed:
-            self.discard_now()
-
     def close(self) -> None:
         if not self.discarded and not self.file.closed():
             self.file.close()
 
-    def discard_now(self) -> None:
+    def discard(self) -> None:
+        # Not closed, the upload is never completed: no object appears (a started multipart upload is left to
+        # the bucket's lifecycle rule for incomplete uploads).
         self.discarded = True
 
 
 def _encode(body: dict[str, Any]) -> bytes:
     return json.dumps(body, sort_keys=True).encode()
-
-
-def _decode(raw: bytes) -> dict[str, Any]:
-    try:
-        value = json.loads(raw.decode("utf-8", "replace"))
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
