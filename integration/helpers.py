@@ -88,14 +88,16 @@ def wait_for_epochs(query: StreamingQuery, ck: Path, epochs: int, timeout: float
     _await_epochs(ck, epochs, timeout, running)
 
 
-def _await_epochs(ck: Path, epochs: int, timeout: float, running: Callable[[], None]) -> int:
-    """Poll the store until it holds ``epochs`` records; ``running`` raises if the query has ended."""
+def _await_epochs(ck: Path | str, epochs: int, timeout: float, running: Callable[[], None]) -> int:
+    """Poll the store (local or on S3) until it holds ``epochs`` records; ``running`` raises if the query has
+    ended."""
     import time
 
-    import regional
+    from regional.store import Store
 
+    store = Store(str(ck))
     deadline = time.monotonic() + timeout
-    while (recorded := len(regional.status(ck).epochs) if (ck / "regional" / "epochs").exists() else 0) < epochs:
+    while (recorded := len(store.epochs())) < epochs:
         running()
         assert time.monotonic() < deadline, f"only {recorded} epochs in {timeout}s"
         time.sleep(0.1)
@@ -168,7 +170,7 @@ def child_driver(args: list[str]) -> Iterator[subprocess.Popen[str]]:
             child.wait()
 
 
-def wait_for_child_epochs(child: subprocess.Popen[str], ck: Path, epochs: int, timeout: float = 300) -> int:
+def wait_for_child_epochs(child: subprocess.Popen[str], ck: Path | str, epochs: int, timeout: float = 300) -> int:
     """Wait until the child's store has recorded ``epochs`` epochs (the child must still run); how many it has."""
 
     def running() -> None:

@@ -1,5 +1,5 @@
 """Runs one regional query on a standalone cluster whose workers cannot see this driver's disk: generated input,
-the checkpoint and the Delta table on S3. Prints whether an executor sees <sentinel> (a file of the driver's).
+the checkpoint and the Delta table on S3. Fails if an executor sees <sentinel> (a file of the driver's).
 
 Usage: python -m integration.no_shared_disk_child <master> <s3a checkpoint> <s3a table> <endpoint> <sentinel>
        <rows per region>
@@ -25,7 +25,8 @@ def main() -> None:
         "spark.cores.max": "2", "spark.task.maxFailures": "4"})
     regional.register(spark)
     seen = spark.sparkContext.parallelize([0], 1).map(lambda _: os.path.exists(sentinel)).collect()
-    print(f"an executor sees the driver's file: {seen[0]}", flush=True)
+    if seen[0]:
+        raise SystemExit(f"an executor sees {sentinel}, a file of the driver's: the workers share its disk")
 
     @F.udf("string")
     def slow_upper(value: str) -> str:

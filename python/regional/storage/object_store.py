@@ -70,12 +70,12 @@ class ObjectStorage(Storage):
     def fence_expiry_s(self) -> float:  # read at each use: tests shorten LEASE_TTL_S
         return LEASE_TTL_S
 
-    def __init__(self, root: Location) -> None:
+    def __init__(self, root: Location, store: Any = None) -> None:
         super().__init__(root)
-        self.store = _store(root)
+        self.store = store if store is not None else _store(root)
 
     def child(self, name: str) -> ObjectStorage:
-        return ObjectStorage(self.root.child(name))
+        return ObjectStorage(self.root.child(name), self.store)  # the same bucket: the same client
 
     def key(self, name: str) -> str:
         return self.root.child(name).path

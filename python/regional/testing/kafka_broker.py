@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import atexit
 import logging
-import os
-import signal
 import socket
 import subprocess
 import time
@@ -19,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from regional.testing import maven
+from regional.testing.processes import kill_group, stop_group
 
 log = logging.getLogger("regional.testing.kafka")
 KAFKA_VERSION = "4.1.1"
@@ -120,18 +119,11 @@ class KafkaBroker:
             return False
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_group(self.process, 30)
         self.process = None
 
     def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(30)
+        kill_group(self.process)
         self.process = None
 
     def restart(self) -> None:

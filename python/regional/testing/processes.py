@@ -1,9 +1,12 @@
 """The machine's processes as /proc shows them: one table, read once per sample, for the tools that watch
-Spark's processes (the benchmarks' memory footprint, the standalone cluster's executors, the soak)."""
+Spark's processes (the benchmarks' memory footprint, the standalone cluster's executors, the soak); and
+stopping the test servers' process groups."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,3 +66,20 @@ def open_files(pid: int | None) -> int:
         return len(os.listdir(f"/proc/{pid}/fd"))
     except (OSError, TypeError):
         return 0
+
+
+def kill_group(process: subprocess.Popen[bytes] | None) -> None:
+    """SIGKILL a server started in a session of its own (``start_new_session``): its whole process group."""
+    if process is not None and process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(30)
+
+
+def stop_group(process: subprocess.Popen[bytes] | None, grace_s: float) -> None:
+    """SIGTERM such a server's process group, and SIGKILL it if it has not ended within ``grace_s``."""
+    if process is not None and process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            kill_group(process)

@@ -13,8 +13,6 @@ regional's own storage takes (``regional.storage.config``).
 from __future__ import annotations
 
 import atexit
-import os
-import signal
 import subprocess
 import time
 import urllib.error
@@ -23,6 +21,7 @@ from pathlib import Path
 
 from regional.testing import maven
 from regional.testing.kafka_broker import free_port
+from regional.testing.processes import kill_group, stop_group
 
 S3PROXY = "org.gaul:s3proxy:4.1.0:jar-with-dependencies"
 # pyspark 4.2 ships hadoop-client 3.5.0; its s3a needs these (see SPARK_NOTES "Versions and storage").
@@ -97,18 +96,11 @@ class S3Server:
         return f"s3a://{name}"
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_group(self.process, 20)
         self.process = None
 
     def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        kill_group(self.process)
         self.process = None
 
     def restart(self, down_s: float = 0.0) -> None:
