@@ -49,7 +49,7 @@ def _publish_files(staged: list[tuple[Path, Path]]) -> None:
         os.replace(tmp, final)
 
 
-def regional_stream(spark: SparkSession, inp: Path, ck: Path | str, **options: str) -> DataFrame:
+def regional_stream(spark: SparkSession, inp: Path | str, ck: Path | str, **options: str) -> DataFrame:
     reader = (spark.readStream.format("regional").option("source", "files").option("path", str(inp))
               .option("checkpointLocation", str(ck)))
     for k, v in options.items():

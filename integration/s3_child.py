@@ -2,7 +2,8 @@
 
 Usage: python -m integration.s3_child <in> <out> <s3a checkpoint> <endpoint> <marker> [<dead letters> <poison>]
 
-Region b's target is down while the file <marker> exists. <out> and <dead letters> may be s3a:// tables. With
+Region b's target is down while the file <marker> exists. <in> may be an s3a:// directory, <out> and <dead
+letters> s3a:// tables. With
 <poison> (values, comma-separated), a UDF raises on those values and the query isolates them into <dead letters>.
 At the end the child prints the rows delta-spark reads from <out> over s3a:// ("delta-spark rows: N").
 """
@@ -10,7 +11,6 @@ At the end the child prints the rows delta-spark reads from <out> over s3a:// ("
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from pyspark.sql import functions as F
 
@@ -25,7 +25,7 @@ def main() -> None:
     poison = set(sys.argv[7].split(",")) if len(sys.argv) > 7 and sys.argv[7] else set()
     spark = regional.local_spark("local[2,3]", "regional-s3-child", conf=spark_conf(endpoint))
     regional.register(spark)
-    df = regional_stream(spark, Path(inp), ck, maxRecordsPerRegion="4")
+    df = regional_stream(spark, inp, ck, maxRecordsPerRegion="4")
     value = poison_udf(poison)("value") if poison else F.upper("value")
     writer = (df.select("region", "offset", value.alias("value")).writeStream.format("regional")
               .option("target", "python:integration.faults:FlakyDelta").option("path", out)

@@ -68,6 +68,9 @@ def test_the_storage_contract(storage: Storage):
     assert storage.read("written") is None
     writer.close()
     assert storage.read("written") == b"x" * 100_000
+    streamed = storage.read_stream("written")
+    assert streamed is not None and streamed[0].size == 100_000 and b"".join(streamed[1]) == b"x" * 100_000
+    assert storage.read_stream("absent") is None
     dropped = storage.open_writer("dropped")
     dropped.write(b"y" * 10)
     storage.discard(dropped)
@@ -190,22 +193,25 @@ def test_a_query_with_its_checkpoint_on_s3_survives_sigkill_exactly_once(s3, tmp
 
 
 def test_everything_on_s3_a_failing_region_a_poison_record_and_a_sigkill(s3, tmp_path, monkeypatch):
-    """The store, Spark's offset log, the Delta table and the dead-letter table on S3 (the files source reads local
-    files): region b's target is down, one record is poison, and the driver is killed in phase two. After the
-    restart every record is in the table exactly once, the poison one in the dead letters, read back with
-    deltalake and with delta-spark over s3a://, and no file is left that the tables do not hold."""
+    """The input files, the store, Spark's offset log, the Delta table and the dead-letter table on S3: region b's
+    target is down, one record is poison, and the driver is killed in phase two. After the restart every record
+    is in the table exactly once, the poison one in the dead letters, read back with deltalake and with
+    delta-spark over s3a://, and no file is left that the tables do not hold."""
     from deltalake import DeltaTable
 
     from regional.storage.config import object_store_options
     from regional.testing.exactly_once import delta_landed
 
     bucket = s3.create_bucket(f"all-{uuid.uuid4().hex[:12]}")
-    ck, out, dlq = f"{bucket}/ck", f"{bucket}/tables/out", f"{bucket}/tables/dead-letters"
-    inp, marker, b_down = tmp_path / "in", tmp_path / "reached", tmp_path / "b_down"
-    inputs = add_epoch_of_files(inp, ["a", "b", "c"], "001", 10)
+    ck, out, dlq, inp = f"{bucket}/ck", f"{bucket}/tables/out", f"{bucket}/tables/dead-letters", f"{bucket}/in"
+    marker, b_down = tmp_path / "reached", tmp_path / "b_down"
+    inputs = add_epoch_of_files(tmp_path / "in", ["a", "b", "c"], "001", 10)
+    inputs_storage = open_storage(parse_location("in", inp))
+    for path in sorted((tmp_path / "in").rglob("*.txt")):
+        inputs_storage.write(f"{path.parent.name}/{path.name}", path.read_bytes())
     poison = ("c", 6)
     monkeypatch.setenv("REGIONAL_LEASE_TTL_S", "5")
-    args = ["integration.s3_child", str(inp), out, ck, s3.endpoint, str(b_down), dlq, inputs["c"][6]]
+    args = ["integration.s3_child", inp, out, ck, s3.endpoint, str(b_down), dlq, inputs["c"][6]]
 
     b_down.touch()
     assert run_killable(args, "before_publish:1", marker, timeout=300) == "killed"
@@ -231,6 +237,7 @@ def test_everything_on_s3_a_failing_region_a_poison_record_and_a_sigkill(s3, tmp
         assert written == held, table
     checkpoint = {i.name for i in open_storage(parse_location("ck", ck)).list("", recursive=True)}
     assert any(n.startswith("offsets/") for n in checkpoint) and "regional/query.json" in checkpoint  # both on S3
+    assert any(n.startswith("regional/sources/files/") for n in checkpoint)  # the manifest of the S3 input
     bucket_storage = open_storage(parse_location("bucket", bucket))
     for info in bucket_storage.list("", recursive=True):  # the keys reached no file, no commit
         assert SECRET_KEY.encode() not in (bucket_storage.read(info.name) or b""), info.name

@@ -77,11 +77,12 @@ def test_executors_killed_again_and_again_then_a_worker_lost_for_good(cluster, t
 
 def test_a_query_on_executors_that_cannot_see_the_drivers_disk(s3, tmp_path, tmp_path_factory):
     """The workers run in mount namespaces of their own with an empty tmpfs over every directory this test and
-    the driver write to: executors see only S3 and their own directories. Generated input into a Delta table on
+    the driver write to: executors see only S3 and their own directories. Input files on S3 into a Delta table on
     S3, the checkpoint on S3, an executor SIGKILLed mid-run: every record once, in order."""
     import uuid
 
-    from regional.inputs.generator import generated_value
+    from regional.location import parse_location
+    from regional.storage import open_storage
     from regional.testing.exactly_once import check, delta_landed
 
     sentinel = tmp_path / "driver-only"
@@ -89,17 +90,21 @@ def test_a_query_on_executors_that_cannot_see_the_drivers_disk(s3, tmp_path, tmp
     cluster = StandaloneCluster(tmp_path / "cluster", workers=2,
                                 private_dirs=[tmp_path_factory.getbasetemp()]).start()
     bucket = s3.create_bucket(f"cluster-{uuid.uuid4().hex[:12]}")
-    ck, out, rows = f"{bucket}/ck", f"{bucket}/out", 60
+    ck, out, inp = f"{bucket}/ck", f"{bucket}/out", f"{bucket}/in"
+    inputs = {f"r{i}": [f"r{i}-{n}" for n in range(60)] for i in range(4)}
+    for region, values in inputs.items():  # two files per region
+        for part in (0, 1):
+            open_storage(parse_location("in", inp)).write(
+                f"{region}/{part:03d}.txt", "".join(v + "\n" for v in values[part * 30:(part + 1) * 30]).encode())
     try:
         # The child fails unless an executor is shown not to see ``sentinel``, a file this test wrote.
-        with child_driver(["integration.no_shared_disk_child", cluster.url, ck, out, s3.endpoint, str(sentinel),
-                           str(rows)]) as child:
+        with child_driver(["integration.no_shared_disk_child", cluster.url, inp, ck, out, s3.endpoint,
+                           str(sentinel)]) as child:
             wait_for_child_epochs(child, ck, 2)
             executors = cluster.executor_pids()
             assert executors, "no executor is running"
             cluster.kill_executor(executors[0])
     finally:
         cluster.stop()
-    regions = [f"g{i:03d}" for i in range(4)]
-    check({r: [(o, generated_value(r, o).upper()) for o in range(rows)] for r in regions},
+    check({r: [(o, v.upper()) for o, v in enumerate(values)] for r, values in inputs.items()},
           delta_landed(out)).assert_ok()

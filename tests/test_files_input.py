@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
-from regional.inputs.files import FilesInput
+from regional.inputs import files
 from regional.store import EpochKind, EpochRecord, RegionState, Store
 from regional.store import source_log as source_log_module
 
@@ -24,13 +24,13 @@ def test_lines_end_with_newline_or_carriage_return_newline_and_offsets_count_lin
     (region / "0001.txt").write_bytes(b"a\r\nb\n\r\nc")  # CRLF, LF, an empty line, no final newline
     (region / "0002.txt").write_bytes(b"d\ne\n")
     (region / ".0003.txt").write_bytes(b"hidden: still being written\n")
-    source = FilesInput({"path": str(tmp_path)})
+    source = files.create({"path": str(tmp_path)})
     assert source.available(0) == {"r-ü": 6}
     batches = list(source.read("r-ü", 1, 6, source.split("r-ü", 1, 6), batch_rows=2))
     rows = [row for batch in batches for row in batch.to_pylist()]
     assert rows == [{"region": "r-ü", "offset": o, "value": v} for o, v in [(1, "b"), (2, ""), (3, "c"), (4, "d"),
                                                                            (5, "e")]]
-    assert all(batch.schema == FilesInput.schema and batch.num_rows <= 2 for batch in batches)
+    assert all(batch.schema == files.SCHEMA and batch.num_rows <= 2 for batch in batches)
 
 
 # -- helpers: a real input directory and a real store -----------------------------------------------------
@@ -57,7 +57,7 @@ def put(inp, region, name, values):
 
 def source(inp, ck, path=None):
     """The input as the reader builds it on a (re)started driver."""
-    s = FilesInput({"path": str(path or inp)})
+    s = files.create({"path": str(path or inp)})
     s.use_store(Store(ck))
     return s
 

@@ -63,6 +63,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -76,7 +77,7 @@ from regional import failpoints
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.ids import validate_region_id
 from regional.inputs.base import BATCH_ROWS, RegionInput, StoredInput
-from regional.location import local_path
+from regional.location import Location, parse_location
 
 if TYPE_CHECKING:
     from regional.store import Store
@@ -92,7 +93,20 @@ DIGEST_CHARS = 32  # 128 bits of SHA-256: identity, not security
 
 
 def create(options: dict[str, str]) -> FilesInput:
-    return FilesInput(options)
+    location = parse_location("path", _path_option(options))
+    if location.is_local:
+        return LocalFiles(options)
+    from regional.inputs.object_files import ObjectFiles  # imports obstore: only where it is used
+
+    return ObjectFiles(location)
+
+
+def _path_option(options: Mapping[str, str]) -> str:
+    path = options.get("path")
+    if not path:
+        raise RegionalConfigError("source=files needs the input directory: add .option('path', '/data/in') (or "
+                                  "an s3a:// location)")
+    return path
 
 
 def batch_of(region: str, start: int, values: pa.Array) -> pa.RecordBatch:
@@ -118,20 +132,23 @@ class FileSpan:
     digest: str = ""  # SHA-256 of the content (hex, first DIGEST_CHARS)
     seq: int = 0  # arrival number in the region: the manifest's key
     gone: bool = False  # missing from the last listing (dropped, or a failure, if still missing at the next)
+    etag: str = ""  # on an object store, the object's ETag when last looked at (inode and mtime_ns are 0 there)
 
     @property
     def end(self) -> int:
         return self.first_offset + self.lines
 
     def to_json(self) -> list[Any]:
-        return [self.seq, self.name, self.first_offset, self.lines, self.size, self.inode, self.mtime_ns,
-                self.digest, self.gone]
+        entry = [self.seq, self.name, self.first_offset, self.lines, self.size, self.inode, self.mtime_ns,
+                 self.digest, self.gone]
+        return [*entry, self.etag] if self.etag else entry
 
     @classmethod
     def from_json(cls, data: list[Any]) -> FileSpan:
-        seq, name, first, lines, size, inode, mtime_ns, digest, gone = data
+        seq, name, first, lines, size, inode, mtime_ns, digest, gone = data[:9]
+        etag = str(data[9]) if len(data) > 9 else ""  # written by an object store's listing only
         return cls(str(name), int(first), int(lines), int(size), int(inode), int(mtime_ns), str(digest), int(seq),
-                   bool(gone))
+                   bool(gone), etag)
 
 
 @dataclass
@@ -181,14 +198,15 @@ class Fingerprint:
 
 
 class FilesInput(RegionInput[list[FileSpan]], StoredInput):
+    """What the files source is wherever its files live: the manifest, the offsets, the rules for files that
+    go missing, planning and reading ranges. A subclass lists and reads one kind of storage (``LocalFiles``
+    here, ``regional.inputs.object_files.ObjectFiles``); ``create`` picks it from ``path``."""
+
     schema = SCHEMA
     schema_ddl = SCHEMA_DDL
 
-    def __init__(self, options: Mapping[str, str]) -> None:
-        path = options.get("path")
-        if not path:
-            raise RegionalConfigError("source=files needs the input directory: add .option('path', '/data/in')")
-        self.root = local_path("path", path)
+    def __init__(self, location: Location) -> None:
+        self.location = location
         self._store: Store | None = None
         self._log: SourceLog | None = None
         self._manifest: dict[str, RegionFiles] | None = None  # loaded on the driver's first call
@@ -217,15 +235,15 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
             if self._store is not None and self._store.epochs():
                 log.warning("regional: source=files: the checkpoint %s has epochs but no manifest of files (it "
                             "was written by a regional that numbered lines by file name): the manifest starts "
-                            "from the files of %s now, in name order", self._store.checkpoint, self.root)
+                            "from the files of %s now, in name order", self._store.checkpoint, self.location)
             return manifest
         snapshot, deltas = loaded
         assert self._log is not None
         recorded = str(snapshot.get("path") if isinstance(snapshot, dict) else None)
-        if recorded != str(self.root):
+        if recorded != str(self.location):
             raise RegionalConfigError(
-                f"source=files: path is now {self.root}, but this query's checkpoint read path {recorded}: an "
-                f"offset names a line of a file of {recorded}, and the files of {self.root} would be read "
+                f"source=files: path is now {self.location}, but this query's checkpoint read path {recorded}: an "
+                f"offset names a line of a file of {recorded}, and the files of {self.location} would be read "
                 f"from the wrong place or read again. Give .option('path', {recorded!r}) again, or start "
                 "the query on a new checkpointLocation (its input is then read from the start)")
         try:
@@ -255,7 +273,7 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
                 future = {r: RegionFiles(f.end, f.next_seq, dict(f.files), dict(f.names)) for r, f in manifest.items()}
                 for region, change in changes.items():
                     _apply(future.setdefault(region, RegionFiles()), change)
-                self._log.write_snapshot({"source": SOURCE_LOG, "path": str(self.root),
+                self._log.write_snapshot({"source": SOURCE_LOG, "path": str(self.location),
                                           "regions": {r: f.to_json() for r, f in future.items()}})
                 self._manifest = future
                 return
@@ -279,13 +297,178 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
 
     # -- listing, on the driver ----------------------------------------------------------------------
 
+    def ends(self) -> None:
+        return None  # files may be appended at any time
+
+    def available(self, epoch: int) -> dict[str, int]:
+        """Each region's end after this listing; new files get their offsets here, durably, before returning."""
+        manifest = self.manifest()
+        committed = self._committed()
+        listing = self._list()
+        changes: dict[str, RegionChange] = {}
+        for region, files in listing.items():
+            change = self._scan(region, files, manifest.get(region) or RegionFiles(), committed)
+            if change.put or change.drop or region not in manifest:
+                changes[region] = change
+        present = set(listing)
+        removed = sorted(set(manifest) - present)
+        if removed and present - set(manifest):
+            self._check_not_renamed(removed, {r: changes[r] for r in present - set(manifest)})
+        for region in removed:
+            change = self._removed(region, manifest[region], committed)
+            if change.put or change.drop:
+                changes[region] = change
+        self._save(changes)
+        if changes:
+            failpoints.reach("files_manifest_written", epoch)  # crash tests: before Spark logs the plan
+        manifest = self.manifest()
+        return {r: manifest[r].end for r in sorted(present)}
+
+    # -- what each storage does ---------------------------------------------------------------------
+
+    @abstractmethod
+    def _list(self) -> Mapping[str, Any]:
+        """On the driver: the regions present now, each with its visible files as ``_scan`` takes them."""
+
+    @abstractmethod
+    def _scan(self, region: str, listing: Any, known: RegionFiles, committed: Callable[[str], int]) -> RegionChange:
+        """On the driver: what changed in ``region`` since ``known``, given its files as ``_list`` found them."""
+
+    @abstractmethod
+    def _identity(self, span: FileSpan) -> tuple[Any, ...] | None:
+        """What makes a file the same file under another name (a region directory renamed); None: nothing."""
+
+    @abstractmethod
+    def _locate(self, region: str, span: FileSpan) -> FileSpan | None:
+        """``span`` under its current name (it may have been renamed); None when it is gone."""
+
+    @abstractmethod
+    def _region_exists(self, region: str) -> bool: ...
+
+    @abstractmethod
+    def _read_span(self, region: str, span: FileSpan) -> bytes:
+        """In the task: the bytes of ``span``'s file, checked to be the file the driver counted."""
+
+    def _missing(self, region: str, span: FileSpan, change: RegionChange, committed: Callable[[str], int]) -> None:
+        """A known file not listed: marked gone at the first listing that misses it; at the next, dropped if its
+        records are all published, else the query fails naming it."""
+        if not span.gone:
+            change.put.append(replace(span, gone=True))
+            return
+        done = committed(region)
+        if span.lines and span.end > done:
+            raise RegionalDataLossError(
+                f"source=files: file {span.name!r} of region {region!r} under {self.location} was deleted with offsets "
+                f"[{max(span.first_offset, done)}, {span.end}) not yet published: its records would be lost. Put "
+                "it back (same name, same content), or start the query on a new checkpointLocation")
+        change.drop.append(span.seq)
+
+    def _check_not_renamed(self, removed: list[str], new: Mapping[str, RegionChange]) -> None:
+        """A region is its directory's name: a region directory renamed would be read again from the start under
+        the new name. Refused when a new region holds a file of a region whose directory went away."""
+        manifest = self.manifest()
+        old = {self._identity(s): (r, s.name) for r in removed for s in manifest[r].files.values() if not s.gone}
+        old.pop(None, None)
+        for region, change in sorted(new.items()):
+            for span in change.put:
+                if self._identity(span) in old:
+                    was, name = old[self._identity(span)]
+                    raise RegionalConfigError(
+                        f"source=files: region directory {region!r} under {self.location} holds {span.name!r}, "
+                        f"the file {name!r} of region {was!r}, whose directory is gone: was {was!r} renamed to "
+                        f"{region!r}? A region is its directory's name, and a new region is read from its start, "
+                        f"so its records would be read twice. Rename the directory back to {was!r}; to read the "
+                        "files again on purpose, copy them into a new directory before removing the old one (a "
+                        "copy is new input)")
+
+    def _removed(self, region: str, known: RegionFiles, committed: Callable[[str], int]) -> RegionChange:
+        """A region directory that is no longer there. With records unpublished, the query fails naming the
+        region; otherwise its files go missing like deleted ones, and the region keeps its offsets."""
+        done = committed(region)
+        if known.end > done:
+            raise RegionalDataLossError(
+                f"source=files: region directory {region!r} under {self.location} was removed with offsets "
+                f"[{done}, {known.end}) not yet published: its records would be lost. Put it back, or start the "
+                "query on a new checkpointLocation")
+        change = RegionChange(known.end, known.next_seq)
+        for span in known.files.values():
+            self._missing(region, span, change, committed)
+        return change
+
+    # -- planning a range, on the driver ---------------------------------------------------------------
+
+    def split(self, region: str, start: int, end: int) -> list[FileSpan]:
+        """The files a task reads for ``[start, end)``, under their current names. A file the range needs that
+        is gone fails here, on the driver, naming it; records below the committed offset (a re-run of an
+        epoch already recorded) are not needed."""
+        known = self.manifest().get(region) or RegionFiles()
+        if end > known.end and (self._log is None or self._log.seq < 0):
+            self.available(-1)  # a checkpoint from before the manifest re-runs its last plan: list first
+            known = self.manifest().get(region) or RegionFiles()
+        if end > known.end:
+            raise RegionalStoreError(
+                f"source=files: the plan reads offsets [{start}, {end}) of region {region!r} but the manifest of "
+                f"files knows offsets up to {known.end}: the store was damaged or replaced. Restore it, or start "
+                "the query on a new checkpointLocation")
+        committed = self._committed()
+        spans, cursor = [], start
+        for span in _overlapping(known, start, end):
+            if span.first_offset > cursor:
+                self._check_published(region, cursor, span.first_offset, committed, "no longer in the manifest")
+            cursor = max(cursor, span.end)
+            found = self._locate(region, span)
+            if found is None:
+                self._check_published(region, max(start, span.first_offset), min(end, span.end), committed,
+                                      f"in file {span.name!r}, which is gone")
+                continue
+            spans.append(found)
+        if cursor < end:
+            self._check_published(region, cursor, end, committed, "no longer in the manifest")
+        return spans
+
+    def _check_published(self, region: str, lo: int, hi: int, committed: Callable[[str], int], where: str) -> None:
+        if hi <= committed(region):
+            return
+        if not self._region_exists(region):
+            raise RegionalDataLossError(
+                f"source=files: region directory {region!r} under {self.location} was removed with offsets "
+                f"[{max(lo, committed(region))}, {hi}) planned and not yet published: its records would be lost. Put "
+                "it back, or start the query on a new checkpointLocation")
+        raise RegionalDataLossError(
+            f"source=files: offsets [{lo}, {hi}) of region {region!r} under {self.location} are planned but not "
+            f"published, and they are {where}: deleted or changed after their epoch was planned. Put the "
+            "file back (same name, same content), or start the query on a new checkpointLocation")
+
+    # -- reading, in the task ---------------------------------------------------------------------------
+
+    def read(self, region: str, start: int, end: int, split: Any,
+             batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+        for span in split:
+            lo = max(start - span.first_offset, 0)
+            hi = min(end - span.first_offset, span.lines)
+            if hi <= lo:
+                continue
+            lines = _lines(self._read_span(region, span))
+            for chunk in range(lo, hi, batch_rows):
+                chunk_end = min(chunk + batch_rows, hi)
+                yield batch_of(region, span.first_offset + chunk, lines.slice(chunk, chunk_end - chunk))
+
+
+class LocalFiles(FilesInput):
+    """The files source on a local (or mounted) file system: a file's identity is its inode, so a rename
+    (``mv``) is recognised and a copy is new input."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        super().__init__(parse_location("path", _path_option(options)))
+        self.root = self.location.local_path()
+
     def regions(self) -> list[str]:
         if not self.root.is_dir():
             raise RegionalConfigError(f"source=files: path {self.root} is not a directory")
         root_real = os.path.realpath(self.root)
         found = []
         for entry in os.scandir(self.root):
-            if _hidden(entry.name) or not entry.is_dir():
+            if is_hidden(entry.name) or not entry.is_dir():
                 continue
             try:
                 region = validate_region_id(entry.name)
@@ -303,42 +486,18 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
             found.append(region)
         return sorted(found)
 
-    def ends(self) -> None:
-        return None  # files may be appended at any time
-
-    def available(self, epoch: int) -> dict[str, int]:
-        """Each region's end after this listing; new files get their offsets here, durably, before returning."""
-        manifest = self.manifest()
-        committed = self._committed()
-        regions = self.regions()
-        changes: dict[str, RegionChange] = {}
-        present = set()
-        for region in regions:
-            change = self._scan(region, manifest.get(region) or RegionFiles(), committed)
-            if change is None:
+    def _list(self) -> dict[str, dict[str, os.stat_result]]:
+        listing = {}
+        for region in self.regions():
+            try:
+                listing[region] = _visible_files(self.root / region)
+            except (FileNotFoundError, NotADirectoryError):
                 continue  # the directory vanished since the listing of regions
-            present.add(region)
-            if change.put or change.drop or region not in manifest:
-                changes[region] = change
-        removed = sorted(set(manifest) - present)
-        if removed and present - set(manifest):
-            self._check_not_renamed(removed, {r: changes[r] for r in present - set(manifest)})
-        for region in removed:
-            change = self._removed(region, manifest[region], committed)
-            if change.put or change.drop:
-                changes[region] = change
-        self._save(changes)
-        if changes:
-            failpoints.reach("files_manifest_written", epoch)  # crash tests: before Spark logs the plan
-        manifest = self.manifest()
-        return {r: manifest[r].end for r in sorted(present)}
+        return listing
 
-    def _scan(self, region: str, known: RegionFiles, committed: Callable[[str], int]) -> RegionChange | None:
+    def _scan(self, region: str, listing: dict[str, os.stat_result], known: RegionFiles,
+              committed: Callable[[str], int]) -> RegionChange:
         directory = self.root / region
-        try:
-            listing = _visible_files(directory)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
         change = RegionChange(known.end, known.next_seq)
         where: dict[tuple[int, int], str] = {}  # (inode, size) -> listed name; built when first needed
         inodes: set[tuple[int, int]] = set()  # (inode, size) of every known file; the same
@@ -361,12 +520,12 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
                 reused.add(name)
                 continue
             if st.st_size != span.size:
-                raise _changed(region, span, f"{span.size} bytes when first seen, {st.st_size} now")
+                raise file_changed(region, span, f"{span.size} bytes when first seen, {st.st_size} now")
             fp = _fingerprint_or_none(directory / name)
             if fp is None:
                 continue  # gone while looked at: missing, or found under its new name below
             if fp.digest != span.digest:
-                raise _changed(region, span, "same size, other content")
+                raise file_changed(region, span, "same size, other content")
             live.add(seq)
             change.put.append(replace(span, inode=fp.inode, mtime_ns=fp.mtime_ns))  # touched, or a byte-equal copy
         new_names = sorted(n for n in listing if n not in known.names or n in reused)
@@ -423,112 +582,21 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
         for span in missing.values():
             if span.seq not in taken and span.inode == fp.inode and 0 < span.size < fp.size \
                     and _prefix_digest(directory / name, span.size) == span.digest:
-                raise _changed(region, span, f"renamed to {name!r} and appended to ({span.size} bytes when first "
+                raise file_changed(region, span, f"renamed to {name!r} and appended to ({span.size} bytes when first "
                                              f"seen, {fp.size} now)")
         return None
 
-    def _missing(self, region: str, span: FileSpan, change: RegionChange, committed: Callable[[str], int]) -> None:
-        """A known file not listed: marked gone at the first listing that misses it; at the next, dropped if its
-        records are all published, else the query fails naming it."""
-        if not span.gone:
-            change.put.append(replace(span, gone=True))
-            return
-        done = committed(region)
-        if span.lines and span.end > done:
-            raise RegionalDataLossError(
-                f"source=files: file {span.name!r} of region {region!r} under {self.root} was deleted with offsets "
-                f"[{max(span.first_offset, done)}, {span.end}) not yet published: its records would be lost. Put "
-                "it back (same name, same content), or start the query on a new checkpointLocation")
-        change.drop.append(span.seq)
+    def _identity(self, span: FileSpan) -> tuple[Any, ...] | None:
+        return (span.inode, span.size)
 
-    def _check_not_renamed(self, removed: list[str], new: Mapping[str, RegionChange]) -> None:
-        """A region is its directory's name: a region directory renamed would be read again from the start under
-        the new name. Refused when a new region holds a file of a region whose directory went away."""
-        manifest = self.manifest()
-        old = {(s.inode, s.size): (r, s.name) for r in removed for s in manifest[r].files.values() if not s.gone}
-        for region, change in sorted(new.items()):
-            for span in change.put:
-                if (span.inode, span.size) in old:
-                    was, name = old[(span.inode, span.size)]
-                    raise RegionalConfigError(
-                        f"source=files: region directory {region!r} under {self.root} holds {span.name!r}, the file "
-                        f"{name!r} of region {was!r}, whose directory is gone: was {was!r} renamed to {region!r}? "
-                        "A region is its directory's name, and a new region is read from its start, so its records "
-                        f"would be read twice. Rename the directory back to {was!r}; to read the files again on "
-                        "purpose, copy them into a new directory (a copy is new input)")
+    def _locate(self, region: str, span: FileSpan) -> FileSpan | None:
+        return _locate(self.root / region, span)
 
-    def _removed(self, region: str, known: RegionFiles, committed: Callable[[str], int]) -> RegionChange:
-        """A region directory that is no longer there. With records unpublished, the query fails naming the
-        region; otherwise its files go missing like deleted ones, and the region keeps its offsets."""
-        done = committed(region)
-        if known.end > done:
-            raise RegionalDataLossError(
-                f"source=files: region directory {region!r} under {self.root} was removed with offsets "
-                f"[{done}, {known.end}) not yet published: its records would be lost. Put it back, or start the "
-                "query on a new checkpointLocation")
-        change = RegionChange(known.end, known.next_seq)
-        for span in known.files.values():
-            self._missing(region, span, change, committed)
-        return change
+    def _region_exists(self, region: str) -> bool:
+        return (self.root / region).is_dir()
 
-    # -- planning a range, on the driver ---------------------------------------------------------------
-
-    def split(self, region: str, start: int, end: int) -> list[FileSpan]:
-        """The files a task reads for ``[start, end)``, under their current names. A file the range needs that
-        is gone fails here, on the driver, naming it; records below the committed offset (a re-run of an
-        epoch already recorded) are not needed."""
-        known = self.manifest().get(region) or RegionFiles()
-        if end > known.end and (self._log is None or self._log.seq < 0):
-            self.available(-1)  # a checkpoint from before the manifest re-runs its last plan: list first
-            known = self.manifest().get(region) or RegionFiles()
-        if end > known.end:
-            raise RegionalStoreError(
-                f"source=files: the plan reads offsets [{start}, {end}) of region {region!r} but the manifest of "
-                f"files knows offsets up to {known.end}: the store was damaged or replaced. Restore it, or start "
-                "the query on a new checkpointLocation")
-        committed = self._committed()
-        spans, cursor = [], start
-        for span in _overlapping(known, start, end):
-            if span.first_offset > cursor:
-                self._check_published(region, cursor, span.first_offset, committed, "no longer in the manifest")
-            cursor = max(cursor, span.end)
-            found = _locate(self.root / region, span)
-            if found is None:
-                self._check_published(region, max(start, span.first_offset), min(end, span.end), committed,
-                                      f"in file {span.name!r}, which is gone")
-                continue
-            spans.append(found)
-        if cursor < end:
-            self._check_published(region, cursor, end, committed, "no longer in the manifest")
-        return spans
-
-    def _check_published(self, region: str, lo: int, hi: int, committed: Callable[[str], int], where: str) -> None:
-        if hi <= committed(region):
-            return
-        if not (self.root / region).is_dir():
-            raise RegionalDataLossError(
-                f"source=files: region directory {region!r} under {self.root} was removed with offsets "
-                f"[{max(lo, committed(region))}, {hi}) planned and not yet published: its records would be lost. Put "
-                "it back, or start the query on a new checkpointLocation")
-        raise RegionalDataLossError(
-            f"source=files: offsets [{lo}, {hi}) of region {region!r} under {self.root} are planned but not "
-            f"published, and they are {where}: deleted or changed after their epoch was planned. Put the "
-            "file back (same name, same content), or start the query on a new checkpointLocation")
-
-    # -- reading, in the task ---------------------------------------------------------------------------
-
-    def read(self, region: str, start: int, end: int, split: Any,
-             batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-        directory = self.root / region
-        for span in split:
-            lo = max(start - span.first_offset, 0)
-            hi = min(end - span.first_offset, span.lines)
-            if hi <= lo:
-                continue
-            lines = _lines(_read_span(directory, region, span))
-            for chunk in range(lo, hi, batch_rows):
-                chunk_end = min(chunk + batch_rows, hi)
-                yield batch_of(region, span.first_offset + chunk, lines.slice(chunk, chunk_end - chunk))
+    def _read_span(self, region: str, span: FileSpan) -> bytes:
+        return _read_span(self.root / region, region, span)
 
 
 def _apply(files: RegionFiles, change: RegionChange) -> None:
@@ -574,7 +642,7 @@ def _visible_files(directory: Path) -> dict[str, os.stat_result]:
     found = {}
     with os.scandir(directory) as entries:
         for e in entries:
-            if _hidden(e.name) or not e.is_file():
+            if is_hidden(e.name) or not e.is_file():
                 continue
             try:
                 found[e.name] = e.stat()
@@ -598,13 +666,14 @@ def _read_span(directory: Path, region: str, span: FileSpan) -> bytes:
             f"source=files: file {span.name!r} of region {region!r} (offsets [{span.first_offset}, {span.end})) is "
             f"gone from {directory}: it was deleted or changed after its epoch was planned") from None
     if len(data) != span.size:
-        raise _changed(region, span, f"{span.size} bytes when first seen, {len(data)} when a task read it")
-    if (st.st_ino, st.st_mtime_ns) != (span.inode, span.mtime_ns) and _digest(hashlib.sha256(data)) != span.digest:
-        raise _changed(region, span, "same size, other content when a task read it")
+        raise file_changed(region, span, f"{span.size} bytes when first seen, {len(data)} when a task read it")
+    if (st.st_ino, st.st_mtime_ns) != (span.inode, span.mtime_ns) \
+            and short_digest(hashlib.sha256(data)) != span.digest:
+        raise file_changed(region, span, "same size, other content when a task read it")
     return data
 
 
-def _changed(region: str, span: FileSpan, how: str) -> RegionalConfigError:
+def file_changed(region: str, span: FileSpan, how: str) -> RegionalConfigError:
     return RegionalConfigError(
         f"source=files: file {span.name!r} of region {region!r} changed after its lines were counted ({how}): a "
         f"visible file must never change (its offsets [{span.first_offset}, {span.end}) would no longer be the "
@@ -634,7 +703,7 @@ def _fingerprint_or_none(path: Path) -> Fingerprint | None:
             f"source=files: file {path} changed while its lines were counted ({size} bytes read, {st.st_size} "
             "now): a visible file must never change. Write each file under a name starting with '.' or '_' and "
             "rename it when it is complete")
-    return Fingerprint(size, lines + (last != b"\n"), st.st_ino, st.st_mtime_ns, _digest(h))
+    return Fingerprint(size, lines + (last != b"\n"), st.st_ino, st.st_mtime_ns, short_digest(h))
 
 
 def _prefix_digest(path: Path, size: int) -> str | None:
@@ -647,14 +716,14 @@ def _prefix_digest(path: Path, size: int) -> str | None:
                 left -= len(chunk)
     except FileNotFoundError:
         return None
-    return _digest(h)
+    return short_digest(h)
 
 
-def _digest(h: Any) -> str:
+def short_digest(h: Any) -> str:
     return str(h.hexdigest()[:DIGEST_CHARS])
 
 
-def _hidden(name: str) -> bool:
+def is_hidden(name: str) -> bool:
     return name.startswith(".") or name.startswith("_")
 
 

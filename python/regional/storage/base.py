@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ class ObjectInfo:
     name: str  # relative to the storage's root
     size: int
     modified: float  # seconds since the epoch
+    etag: str = ""  # changes whenever the object is written again; "" where the storage has none (local files)
 
 
 class Storage(ABC):
@@ -65,6 +67,15 @@ class Storage(ABC):
     @abstractmethod
     def read(self, name: str) -> bytes | None:
         """The object's bytes; None when it does not exist."""
+
+    def read_stream(self, name: str) -> tuple[ObjectInfo, Iterator[bytes]] | None:
+        """The object's info and its bytes in chunks, from one read (one GET of one version on an object store),
+        for objects too large to hold at once; None when it does not exist. Default: one chunk, whole."""
+        data = self.read(name)
+        info = None if data is None else self.head(name)
+        if data is None or info is None:
+            return None
+        return ObjectInfo(name, len(data), info.modified, info.etag), iter([data])
 
     @abstractmethod
     def head(self, name: str) -> ObjectInfo | None:

@@ -18,6 +18,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any, cast
 
 import obstore
@@ -31,6 +32,7 @@ from regional.storage.base import FenceLost, ObjectInfo, ObjectWriter, Storage, 
 # A lease not renewed for this long is taken over. Tests shorten it through the environment.
 LEASE_TTL_S = float(os.environ.get("REGIONAL_LEASE_TTL_S", "30"))
 HEAD_THREADS = 32
+STREAM_CHUNK = 8 << 20
 _stores: dict[tuple[str, str, str], Any] = {}  # (scheme, container, options) -> the obstore store, per process
 _stores_lock = threading.Lock()
 _leases: dict[str, _Lease] = {}  # fences this process holds, by full location
@@ -109,7 +111,7 @@ class ObjectStorage(Storage):
             return None
         except Exception as exc:
             raise self._fail("read", name, exc) from None
-        return ObjectInfo(name, int(meta["size"]), meta["last_modified"].timestamp())
+        return _info(name, meta)
 
     def heads(self, names: list[str]) -> dict[str, ObjectInfo | None]:
         if len(names) < 2:
@@ -153,7 +155,24 @@ class ObjectStorage(Storage):
                 metas = obstore.list_with_delimiter(self.store, prefix + "/" if prefix else None)["objects"]
         except Exception as exc:
             raise self._fail("list", directory, exc) from None
-        return [ObjectInfo(str(m["path"])[base:], int(m["size"]), m["last_modified"].timestamp()) for m in metas]
+        return [_info(str(m["path"])[base:], m) for m in metas]
+
+    def read_stream(self, name: str) -> tuple[ObjectInfo, Iterator[bytes]] | None:
+        try:
+            result = obstore.get(self.store, self.key(name))
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise self._fail("read", name, exc) from None
+
+        def chunks() -> Iterator[bytes]:
+            try:
+                for chunk in result.stream(min_chunk_size=STREAM_CHUNK):
+                    yield bytes(chunk)
+            except Exception as exc:  # the connection dropped mid-object (after object_store's retries)
+                raise self._fail("read", name, exc) from None
+
+        return _info(name, result.meta), chunks()
 
     def open_writer(self, name: str) -> ObjectWriter:
         return _ObjectWriter(obstore.open_writer(self.store, self.key(name)))
@@ -318,6 +337,10 @@ class _ObjectWriter(ObjectWriter):
         # Not closed, the upload is never completed: no object appears (a started multipart upload is left to
         # the bucket's lifecycle rule for incomplete uploads).
         self.discarded = True
+
+
+def _info(name: str, meta: Any) -> ObjectInfo:
+    return ObjectInfo(name, int(meta["size"]), meta["last_modified"].timestamp(), str(meta.get("e_tag") or ""))
 
 
 def _encode(body: dict[str, Any]) -> bytes:

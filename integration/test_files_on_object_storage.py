@@ -1,0 +1,188 @@
+"""source=files on a real S3 API server (s3proxy): offsets, the manifest and the identity rules of the local
+source, with S3's own ways: one LIST per epoch for every region, a move that is a copy and a delete, an object
+written again. The query end to end (files on S3 into Delta on S3) is in test_object_storage.py."""
+
+from __future__ import annotations
+
+import pickle
+import uuid
+
+import pytest
+
+from regional.errors import RegionalConfigError, RegionalDataLossError
+from regional.inputs import files
+from regional.inputs.object_files import ObjectFiles
+from regional.location import parse_location
+from regional.storage import Storage, open_storage
+from regional.store import EpochKind, EpochRecord, RegionState, Store
+
+
+@pytest.fixture
+def bucket(s3) -> str:
+    return s3.create_bucket(f"files-{uuid.uuid4().hex[:12]}")
+
+
+def put(storage: Storage, key: str, values: list[str]) -> None:
+    storage.write(key, "".join(v + "\n" for v in values).encode())
+
+
+def move(storage: Storage, old: str, new: str) -> None:
+    """What ``aws s3 mv`` does: a copy, then a delete."""
+    storage.write(new, storage.read(old) or b"")
+    storage.delete(old)
+
+
+def source(path: str, ck) -> ObjectFiles:
+    s = files.create({"path": path})
+    assert isinstance(s, ObjectFiles)
+    s.use_store(Store(ck))
+    return s
+
+
+def read_all(s: files.FilesInput, region: str, start: int, end: int) -> list[tuple[int, str]]:
+    split = pickle.loads(pickle.dumps(s.split(region, start, end)))  # as the task gets it
+    task = pickle.loads(pickle.dumps(s))
+    return [(row["offset"], row["value"]) for b in task.read(region, start, end, split) for row in b.to_pylist()]
+
+
+def commit(ck, epoch: int, committed: dict[str, int]) -> None:
+    Store(ck).write_record(EpochRecord(epoch, EpochKind.GLOBAL, {}, {},
+                                       {r: RegionState(o, epoch) for r, o in committed.items()}))
+
+
+def test_regions_are_prefixes_and_new_files_come_after_known_ones_whatever_their_names(bucket, tmp_path):
+    path = f"{bucket}/in"
+    storage = open_storage(parse_location("path", path))
+    put(storage, "a/002.txt", ["a0", "a1", "a2"])
+    put(storage, "b/001.txt", ["b0", "b1"])
+    put(storage, "top.txt", ["no region's"])  # directly under path
+    put(storage, "_spark_metadata/0", ["hidden region"])
+    put(storage, "a/_002.txt.tmp", ["hidden file"])
+    put(storage, "a/sub/deep.txt", ["below a region: not read"])
+    ck = tmp_path / "ck"
+    s = source(path, ck)
+    assert s.available(0) == {"a": 3, "b": 2}
+    assert read_all(s, "a", 1, 3) == [(1, "a1"), (2, "a2")]
+    put(storage, "a/001.txt", ["a3"])  # sorts first, arrives later: after every known file
+    assert s.available(1) == {"a": 4, "b": 2}
+    assert read_all(s, "a", 0, 4) == [(0, "a0"), (1, "a1"), (2, "a2"), (3, "a3")]
+    assert source(path, ck).available(2) == {"a": 4, "b": 2}  # a restarted driver: the same offsets
+    with pytest.raises(RegionalConfigError, match="path is now"):
+        source(f"{bucket}/elsewhere", ck).available(3)
+
+
+def test_one_listing_per_epoch_for_every_region(bucket, tmp_path):
+    path = f"{bucket}/many"
+    storage = open_storage(parse_location("path", path))
+    for i in range(60):
+        put(storage, f"r{i:03d}/001.txt", [f"r{i}-0"])
+    s = source(path, tmp_path / "ck")
+    lists = []
+    real_list = s.storage.list
+
+    def counting_list(directory: str = "", recursive: bool = False):
+        lists.append((directory, recursive))
+        return real_list(directory, recursive)
+
+    s.storage.list = counting_list  # type: ignore[method-assign]
+    assert len(s.available(0)) == 60
+    put(storage, "r007/002.txt", ["r7-1"])
+    assert s.available(1)["r007"] == 2
+    assert lists == [("", True), ("", True)]
+
+
+def test_a_moved_file_is_the_same_file_and_a_copy_is_new_input_after_one_listing(bucket, tmp_path):
+    path = f"{bucket}/in"
+    storage = open_storage(parse_location("path", path))
+    put(storage, "a/001.txt", ["x0", "x1"])
+    put(storage, "a/002.txt", ["y0"])
+    s = source(path, tmp_path / "ck")
+    assert s.available(0) == {"a": 3}
+    split = s.split("a", 0, 3)
+    move(storage, "a/001.txt", "a/renamed.txt")
+    assert s.available(1) == {"a": 3}  # moved: not read again
+    assert read_all(s, "a", 0, 3) == [(0, "x0"), (1, "x1"), (2, "y0")]
+    task = pickle.loads(pickle.dumps(s))  # a task planned before the move finds the file under its new name
+    assert [r["value"] for b in task.read("a", 0, 2, split) for r in b.to_pylist()] == ["x0", "x1"]
+
+    # a move caught between its copy and its delete: held back, then recognised
+    storage.write("a/moving.txt", storage.read("a/002.txt") or b"")
+    assert s.available(2) == {"a": 3}
+    storage.delete("a/002.txt")
+    assert s.available(3) == {"a": 3}
+    assert read_all(s, "a", 2, 3) == [(2, "y0")]
+
+    # a copy that stays: new input, one listing later
+    storage.write("a/copy.txt", storage.read("a/renamed.txt") or b"")
+    assert s.available(4) == {"a": 3}
+    assert s.available(5) == {"a": 5}
+    assert read_all(s, "a", 3, 5) == [(3, "x0"), (4, "x1")]
+
+
+def test_an_object_written_again_with_other_content_fails_naming_it_and_byte_equal_is_the_same(bucket, tmp_path):
+    path = f"{bucket}/in"
+    storage = open_storage(parse_location("path", path))
+    put(storage, "a/001.txt", ["one", "two"])
+    s = source(path, tmp_path / "ck")
+    assert s.available(0) == {"a": 2}
+    split = s.split("a", 0, 2)
+    put(storage, "a/001.txt", ["one", "two"])  # a new PUT of the same bytes: a new ETag, the same file
+    assert s.available(1) == {"a": 2}
+    put(storage, "a/001.txt", ["ONE", "TWO"])  # same size, other content
+    with pytest.raises(RegionalConfigError, match=r"'001\.txt' of region 'a' changed"):
+        s.available(2)
+    task = pickle.loads(pickle.dumps(s))
+    with pytest.raises(RegionalConfigError, match="other content when a task read it"):
+        list(task.read("a", 0, 2, split))
+    put(storage, "a/001.txt", ["one", "two", "three"])  # longer: an object store cannot append
+    with pytest.raises(RegionalConfigError, match="8 bytes when first seen, 14 now"):
+        s.available(3)
+    put(storage, "a/001.txt", ["one", "two"])  # put back as it was: the query goes on
+    assert s.available(4) == {"a": 2}
+
+
+def test_a_file_deleted_with_records_unpublished_fails_and_a_processed_one_may_go(bucket, tmp_path):
+    path = f"{bucket}/in"
+    storage = open_storage(parse_location("path", path))
+    ck = tmp_path / "ck"
+    put(storage, "a/001.txt", ["a0", "a1"])
+    put(storage, "a/002.txt", ["a2"])
+    put(storage, "a/003.txt", ["a3"])
+    put(storage, "b/001.txt", ["b0"])
+    s = source(path, ck)
+    assert s.available(0) == {"a": 4, "b": 1}
+    commit(ck, 0, {"a": 2, "b": 1})
+    storage.delete("a/001.txt")  # published: may go
+    storage.delete("b/001.txt")  # region b's last object: its prefix is gone, its records published
+    assert s.available(1) == {"a": 4}
+    assert s.available(2) == {"a": 4}
+    assert [sp.name for sp in s.manifest()["a"].files.values()] == ["002.txt", "003.txt"]
+    put(storage, "b/002.txt", ["b1"])  # b comes back: after its old offsets
+    assert s.available(3) == {"a": 4, "b": 2}
+    storage.delete("a/002.txt")  # offset 2 unpublished
+    s.available(4)  # missing once: marked
+    with pytest.raises(RegionalDataLossError, match=r"'002\.txt' of region 'a' .* offsets \[2, 3\) not yet published"):
+        s.available(5)
+    put(storage, "a/002.txt", ["a2"])  # put back: the query goes on
+    assert s.available(6) == {"a": 4, "b": 2}
+    assert read_all(s, "a", 2, 4) == [(2, "a2"), (3, "a3")]
+    for name in ("002.txt", "003.txt"):  # every object of a region with records unpublished: fails at once
+        storage.delete(f"a/{name}")
+    with pytest.raises(RegionalDataLossError, match=r"region directory 'a' .* removed with offsets \[2, 4\)"):
+        s.available(7)
+
+
+def test_a_renamed_region_prefix_is_refused(bucket, tmp_path):
+    path = f"{bucket}/in"
+    storage = open_storage(parse_location("path", path))
+    put(storage, "old/001.txt", ["r0", "r1"])
+    s = source(path, tmp_path / "ck")
+    assert s.available(0) == {"old": 2}
+    move(storage, "old/001.txt", "new/001.txt")
+    with pytest.raises(RegionalConfigError, match="was 'old' renamed to 'new'"):
+        s.available(1)
+    commit(tmp_path / "ck", 0, {"old": 2})
+    with pytest.raises(RegionalConfigError, match="was 'old' renamed to 'new'"):
+        s.available(2)  # published or not: 'new' would read them again
+    put(storage, "old/002.txt", ["r2"])  # to read them again on purpose: the old prefix stays
+    assert s.available(3) == {"new": 2, "old": 3}

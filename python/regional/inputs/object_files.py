@@ -1,0 +1,261 @@
+"""``source=files`` on an object store (``s3a://``, ``gs://``, ``abfss://``): the source, its offsets and its
+rules as on a local disk (``regional.inputs.files``), with what an object store can and cannot tell.
+
+Listing
+-------
+One LIST of everything under ``path`` per epoch, for all regions together (``Storage.list(recursive=True)``):
+S3 answers 1,000 keys per request, so an epoch costs ceil(objects under ``path`` / 1,000) requests whatever
+the number of regions. At 1,000 regions with a few files each that is a handful of requests per epoch, where a
+listing per region would be 1,000 (at S3's $0.005 per 1,000 LISTs, $0.005 an epoch: $43 a day at one epoch every
+10 s). Deleting processed files keeps the listing short. Each new object is then read once by the driver (in
+parallel), to count its lines and take its SHA-256, as on a local disk, and once by the task that reads it.
+
+- A region is the first component of a key under ``path``; objects deeper down are not read (as
+  subdirectories are not on disk), objects directly under ``path`` belong to no region. A component starting
+  with ``.`` or ``_`` hides the object (``_temporary/``, ``.staging``).
+- A region whose objects were all deleted has no prefix any more: it is a removed region directory, which
+  may go once all its records are published (it keeps its offsets, should it come back).
+
+Identity
+--------
+An object has no inode, and an object store has no rename: ``aws s3 mv`` is a copy and a delete. A file is
+the same file when it has the same size and content (SHA-256); its ETag says when to look again.
+
+- Writers need no hidden name: an object appears whole when its PUT completes.
+- An object written again under its name with other content fails the query naming it, as a changed file
+  does on disk (an object store cannot append: a longer object is another object); written again byte-equal,
+  it is the same file.
+- A new name holding the content of a known file that went missing is that file, moved: never read again.
+- A new object byte-equal to a known file still present is held back for one listing: a move caught between
+  its copy and its delete. If the known file is gone by the next listing, it was moved; if both are still
+  there, it is a copy, and new input, as a copy is on disk.
+- A processed file deleted and its content uploaded again under another name before the next listing
+  counts as that file moved, and is not read again. A new object that begins with a deleted file's content
+  is new input (an object store cannot tell it from a rename and an append).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from regional.errors import RegionalConfigError, RegionalDataLossError
+from regional.ids import validate_region_id
+from regional.inputs.files import (
+    FilesInput,
+    FileSpan,
+    RegionChange,
+    RegionFiles,
+    file_changed,
+    is_hidden,
+    short_digest,
+)
+from regional.location import Location
+from regional.storage import ObjectInfo, Storage, open_storage
+
+log = logging.getLogger("regional")
+
+FETCH_THREADS = 16  # each new object is a GET: ask for many at once
+FIND_CANDIDATES = 16  # objects of the same size a moved file is looked for among, by content
+
+
+@dataclass(frozen=True)
+class _Content:
+    """An object as read once: what it holds."""
+
+    size: int
+    lines: int
+    digest: str
+    etag: str
+
+
+@dataclass
+class _RegionListing:
+    objects: dict[str, ObjectInfo] = field(default_factory=dict)  # visible name -> info, from the LIST
+    read: dict[str, _Content] = field(default_factory=dict)  # names read this epoch (new, or written again)
+
+
+class ObjectFiles(FilesInput):
+    """The files source on an object store (see the module)."""
+
+    def __init__(self, location: Location) -> None:
+        super().__init__(location)
+        self._storage: Storage | None = None
+        self._held: dict[tuple[str, str], str] = {}  # (region, name) -> ETag, held back by the last listing
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.update(_storage=None, _held={})
+        return state
+
+    @property
+    def storage(self) -> Storage:
+        if self._storage is None:  # built where it is used: on the driver, or in the task
+            self._storage = open_storage(self.location)
+        return self._storage
+
+    # -- the driver ----------------------------------------------------------------------------------
+
+    def _list(self) -> dict[str, _RegionListing]:
+        listing: dict[str, _RegionListing] = {}
+        for info in self.storage.list("", recursive=True):
+            region_name, slash, name = info.name.partition("/")
+            if not slash or is_hidden(region_name):  # directly under path: no region's
+                continue
+            try:
+                region = validate_region_id(region_name)
+            except RegionalConfigError as exc:
+                raise RegionalConfigError(
+                    f"source=files: region prefix {region_name!r} under {self.location} cannot be a region id "
+                    f"({exc}); rename its objects, or hide them with a leading '.' or '_'") from None
+            files = listing.setdefault(region, _RegionListing())
+            if name and "/" not in name and not is_hidden(name):
+                files.objects[name] = replace(info, name=name)
+        self._read_new(listing)
+        return listing
+
+    def _read_new(self, listing: dict[str, _RegionListing]) -> None:
+        """Read, in parallel, every listed object that is new or was written again since the manifest saw it."""
+        manifest = self.manifest()
+        wanted = []
+        for region, files in listing.items():
+            known = manifest.get(region) or RegionFiles()
+            for name, info in files.objects.items():
+                seq = known.names.get(name)
+                span = known.files[seq] if seq is not None else None
+                if span is None or (span.size, span.etag) != (info.size, info.etag):
+                    wanted.append((region, name))
+        if not wanted:
+            return
+        with ThreadPoolExecutor(min(FETCH_THREADS, len(wanted))) as pool:
+            contents = list(pool.map(lambda rn: self._content(f"{rn[0]}/{rn[1]}"), wanted))
+        for (region, name), content in zip(wanted, contents, strict=True):
+            if content is not None:  # None: deleted since the LIST; missing, as if not listed
+                listing[region].read[name] = content
+
+    def _content(self, key: str) -> _Content | None:
+        got = self.storage.read_stream(key)
+        if got is None:
+            return None
+        info, chunks = got
+        h = hashlib.sha256()
+        size = lines = 0
+        last = b"\n"
+        for chunk in chunks:
+            h.update(chunk)
+            lines += chunk.count(b"\n")
+            size += len(chunk)
+            last = chunk[-1:] or last
+        return _Content(size, lines + (last != b"\n"), short_digest(h), info.etag)
+
+    def _scan(self, region: str, listing: _RegionListing, known: RegionFiles,
+              committed: Callable[[str], int]) -> RegionChange:
+        change = RegionChange(known.end, known.next_seq)
+        objects, read = listing.objects, listing.read
+        live: set[int] = set()  # known files still under their names, with their content
+        written_again: list[tuple[str, int]] = []
+        for name, seq in known.names.items():
+            info = objects.get(name)
+            if info is None:
+                continue
+            span = known.files[seq]
+            if (info.size, info.etag) == (span.size, span.etag):
+                live.add(seq)
+            elif name in read:
+                written_again.append((name, seq))
+        listed_by_content = {(c.size, c.digest): n for n, c in read.items()}
+        known_by_content = {(s.size, s.digest): seq for seq, s in known.files.items()}
+
+        def at_its_name(seq: int) -> bool:
+            span = known.files[seq]
+            content = read.get(span.name)
+            return seq in live or (content is not None and (content.size, content.digest) == (span.size, span.digest))
+
+        reused: list[str] = []  # known names that now hold another file (the known one moved away, or came here)
+        for name, seq in written_again:
+            span, content = known.files[seq], read[name]
+            if (content.size, content.digest) == (span.size, span.digest):
+                live.add(seq)  # written again byte-equal: the same file
+                change.put.append(replace(span, etag=content.etag))
+                continue
+            other = known_by_content.get((content.size, content.digest))
+            moved_away = listed_by_content.get((span.size, span.digest), name) != name
+            if moved_away or (other is not None and other != seq and not at_its_name(other)):
+                reused.append(name)
+                continue
+            raise file_changed(region, span, f"{span.size} bytes when first seen, {content.size} now"
+                           if content.size != span.size else "same size, other content (written again)")
+        missing = {seq: s for seq, s in known.files.items() if seq not in live}
+        live_content = {(known.files[seq].size, known.files[seq].digest) for seq in live}
+        moved: set[int] = set()
+        for name in sorted([n for n in objects if n not in known.names] + reused):
+            if name not in read:
+                continue  # deleted since the LIST: the next listing sees it, or not
+            content = read[name]
+            found = next((s for s in missing.values()
+                          if s.seq not in moved and (s.size, s.digest) == (content.size, content.digest)), None)
+            if found is not None:  # moved here (or put back): the same file, never read again
+                moved.add(found.seq)
+                change.put.append(replace(found, name=name, etag=content.etag, gone=False))
+                continue
+            if content.size and (content.size, content.digest) in live_content \
+                    and self._held.get((region, name)) != content.etag:
+                self._held[(region, name)] = content.etag
+                log.warning("regional: source=files: region %r: %r holds the same bytes as a file already read; "
+                            "held back one listing in case it is being moved (a copy and a delete)", region, name)
+                continue
+            self._held.pop((region, name), None)
+            change.put.append(FileSpan(name, change.end, content.lines, content.size, 0, 0, content.digest,
+                                       change.next_seq, etag=content.etag))
+            change.end += content.lines
+            change.next_seq += 1
+        for seq, span in missing.items():
+            if seq not in moved:
+                self._missing(region, span, change, committed)
+        return change
+
+    def _identity(self, span: FileSpan) -> tuple[Any, ...] | None:
+        return (span.size, span.digest) if span.size else None  # empty files are all alike
+
+    def _locate(self, region: str, span: FileSpan) -> FileSpan | None:
+        info = self.storage.head(f"{region}/{span.name}")
+        if info is not None and info.size == span.size:
+            return span  # the reader compares content when the ETag differs
+        candidates = [o for o in self.storage.list(region) if o.size == span.size]
+        candidates.sort(key=lambda o: o.etag != span.etag)  # a copy keeps the ETag of a single-part object
+        for other in candidates[:FIND_CANDIDATES]:
+            content = self._content(other.name)
+            if content is not None and content.digest == span.digest:
+                return replace(span, name=other.name[len(region) + 1:], etag=content.etag)
+        return None
+
+    def _region_exists(self, region: str) -> bool:
+        return bool(self.storage.list(region, recursive=True))
+
+    # -- the task ------------------------------------------------------------------------------------
+
+    def _read_span(self, region: str, span: FileSpan) -> bytes:
+        got = self.storage.read_stream(f"{region}/{span.name}")
+        if got is None or got[0].size != span.size:
+            located = self._locate(region, span)  # moved since the plan?
+            if located is not None:
+                got = self.storage.read_stream(f"{region}/{located.name}")
+            elif got is not None:
+                raise file_changed(region, span, f"{span.size} bytes when first seen, {got[0].size} when a task "
+                                                 "read it")
+        if got is None:
+            raise RegionalDataLossError(
+                f"source=files: file {span.name!r} of region {region!r} (offsets [{span.first_offset}, "
+                f"{span.end})) is gone from {self.storage.describe(region)}: it was deleted or changed after its "
+                "epoch was planned")
+        info, chunks = got
+        data = b"".join(chunks)
+        if len(data) != span.size:
+            raise file_changed(region, span, f"{span.size} bytes when first seen, {len(data)} when a task read it")
+        if info.etag != span.etag and short_digest(hashlib.sha256(data)) != span.digest:
+            raise file_changed(region, span, "same size, other content when a task read it")
+        return data
