@@ -86,6 +86,24 @@ class FilesFeed:
         return self.records
 
 
+class ObjectFilesFeed(FilesFeed):
+    """The same files, on an object store: each one PUT (an object appears whole, no hidden name needed)."""
+
+    def __init__(self, location: str) -> None:
+        from regional.location import parse_location
+        from regional.storage import open_storage
+
+        super().__init__(Path())
+        self.storage = open_storage(parse_location("in", location))
+
+    def add(self, tag: str, per_region: int) -> None:
+        for region, records in self.records.items():
+            first = len(records)
+            values = [f"{region}-{tag}-{i}" for i in range(per_region)]
+            self.storage.write(f"{region}/{tag}.txt", "".join(v + "\n" for v in values).encode())
+            records.extend((first + i, v.upper()) for i, v in enumerate(values))
+
+
 class KafkaFeed:
     def __init__(self, broker: Any, topic: str) -> None:
         self.broker, self.topic = broker, topic
@@ -111,17 +129,20 @@ def run_series(target: str, source: str, trials: int, seed: int, workdir: Path, 
     Python process for each step of a Python data source, one after the other; later epochs take about a
     second): most kills are timed from the run's first recorded epoch (up to ``EPOCH_WINDOW_S`` later), one in
     ``START_SHARE`` from the process start (start-up, recovery and the first epoch). With ``s3`` (an
-    ``S3Server``), ``target`` is ``delta-s3``: the checkpoint and the Delta table are on that server."""
+    ``S3Server``), ``target`` is ``delta-s3``: the checkpoint, the Delta table and the input files are on that
+    server."""
     rng = random.Random(seed)
     name = f"{target}_{source}_{seed}"
     workdir.mkdir(parents=True, exist_ok=True)
     feed: Feed = FilesFeed(workdir / "in") if source == "files" else KafkaFeed(broker, f"kills.{name}")
-    checkpoint, out = str(workdir / "ck"), str(workdir / "out")
+    checkpoint, out, files_in = str(workdir / "ck"), str(workdir / "out"), str(workdir / "in")
     if s3 is not None:
         bucket = s3.create_bucket(f"kills-{source}-{seed}")
-        checkpoint, out = f"{bucket}/ck", f"{bucket}/out"
+        checkpoint, out, files_in = f"{bucket}/ck", f"{bucket}/out", f"{bucket}/in"
+        if source == "files":
+            feed = ObjectFilesFeed(files_in)
     query = Query(source=source, target=target.removesuffix("-s3"), checkpoint=checkpoint,
-                  input=str(workdir / "in") if source == "files" else f"kills.{name}",
+                  input=files_in if source == "files" else f"kills.{name}",
                   out=out, bootstrap=broker.bootstrap if broker else "",
                   url=postgres.url if postgres else "", table=f"kills_{name}", fail_share=fail_share,
                   s3_endpoint=s3.endpoint if s3 is not None else "")

@@ -164,9 +164,9 @@ def kills_section(series: list[Series], command: str, seed: int, elapsed: float,
         begin,
         "## Random kills of the driver, everything on S3" if s3 else "## Random kills of the driver",
         "",
-        *([f"The checkpoint (regional's store and Spark's offset log) and the Delta table on s3proxy 4.1.0 (loopback, "
-           f"s3a:// for Spark, obstore and delta-rs for regional), the lease set to {S3_LEASE_TTL_S} s "
-           "(`REGIONAL_LEASE_TTL_S`); the files source reads local files. Otherwise as below.", ""] if s3 else []),
+        *([f"The checkpoint (regional's store and Spark's offset log), the Delta table and the files source's input "
+           f"on s3proxy 4.1.0 (loopback, s3a:// for Spark, obstore and delta-rs for regional), the lease set to "
+           f"{S3_LEASE_TTL_S} s (`REGIONAL_LEASE_TTL_S`). Otherwise as below.", ""] if s3 else []),
         f"Written by `{command}` on {datetime.date.today().isoformat()} (seed {seed}, {elapsed / 60:.0f} min, "
         f"the targets' series side by side): {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"pyspark {pyspark.__version__}, regional {regional.__version__}.",
