@@ -107,18 +107,6 @@ def optional_location(key: str, value: str | None) -> Location | None:
     return parse_location(key, value)
 
 
-def local_path(key: str, value: str | os.PathLike[str]) -> Path:
-    """``value`` (given as option ``key``) as an absolute local path, for what regional reads and writes only
-    locally so far; an object store location is refused naming the option."""
-    location = parse_location(key, value)
-    if not location.is_local:
-        raise RegionalConfigError(
-            f"{key}={location.given!r}: this option takes a local path (or file:) only, for now; the checkpoint "
-            "may be on object storage, but this must be a directory on the local file system, or a mounted one "
-            "that the driver and every executor can reach")
-    return location.local_path()
-
-
 def optional_location_text(key: str, value: str | None) -> str | None:
     """An optional setting's location in its canonical spelling (what plans record); empty means not set."""
     location = optional_location(key, value)
