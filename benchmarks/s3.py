@@ -1,9 +1,11 @@
 """Scenario S3: the volume scenario into a Delta table on S3 (s3proxy 4.1.0 on a loopback port), regional next to
 stock delta-spark writing the same rows to the same server over s3a://, in the same run.
 
-    python -m benchmarks.s3 [--rows-per-file 20000] [--files-per-region 4] [--repeats 3] [--out BENCHMARKS.md]
+    python -m benchmarks.s3 [--rows-per-file 20000] [--files-per-region 4] [--repeats 3] [--input s3|local]
+                            [--out BENCHMARKS.md]
 
-16 regions of text files (local) -> upper-case -> Delta on S3; both checkpoints on S3 too. Every request goes
+16 regions of text files (on S3, or local with ``--input local``) -> upper-case -> Delta on S3; both checkpoints on
+S3 too. Every request goes
 through a counting proxy, so the bytes each pipeline sends to S3 (its PUTs, and the request heads) are measured:
 copies or moves of data files would show there. One SparkSession (``local[2,4]``) with the s3a jars; the first
 pair of runs warms up and is not counted. Writes the S3 section of BENCHMARKS.md and prints it.
@@ -40,16 +42,16 @@ def table_rows(table: str) -> int:
     return DeltaTable(table, storage_options=options).to_pyarrow_dataset().count_rows()
 
 
-def start_query(spark, pipeline: str, inp: Path, out: str, ck: str, rows_per_file: int):
+def start_query(spark, pipeline: str, inp: str, out: str, ck: str, rows_per_file: int):
     """Stock Spark's text source into delta-spark, or regional's files source into its Delta target."""
     from pyspark.sql import functions as F
 
     if pipeline == "stock":
         df = (spark.readStream.format("text").option("maxFilesPerTrigger", str(len(REGIONS)))
-              .load(str(inp / "*" / "*.txt")).withColumn("region", F.substring_index("value", " ", 1)))
+              .load(f"{inp}/*/*.txt").withColumn("region", F.substring_index("value", " ", 1)))
         return (df.select("region", F.upper("value").alias("value")).writeStream.format("delta")
                 .option("checkpointLocation", ck).trigger(availableNow=True).start(out))
-    df = (spark.readStream.format("regional").option("source", "files").option("path", str(inp))
+    df = (spark.readStream.format("regional").option("source", "files").option("path", inp)
           .option("maxRecordsPerRegion", str(rows_per_file)).load())
     return (df.select("region", "offset", F.upper("value").alias("value")).writeStream.format("regional")
             .option("target", "delta").option("path", out).option("checkpointLocation", ck)
@@ -61,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-per-file", type=int, default=20_000)
     parser.add_argument("--files-per-region", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--input", choices=("s3", "local"), default="s3", help="where the input files are")
     parser.add_argument("--out", type=Path, default=ROOT / "BENCHMARKS.md")
     args = parser.parse_args(argv)
 
@@ -72,13 +75,21 @@ def main(argv: list[str] | None = None) -> int:
         **spark_conf(proxy.endpoint), "spark.sql.shuffle.partitions": "2", "spark.driver.memory": "4g"})
     regional.register(spark)
     spark.sparkContext.setLogLevel("OFF")
-    inp = work / "in"
+    local_in = work / "in"
+    rows = write_input(local_in, args.rows_per_file, args.files_per_region, LINE_PAD)
+    size_mb = sum(f.stat().st_size for f in local_in.rglob("*.txt")) / 2**20
+    inp = str(local_in)
+    if args.input == "s3":  # uploaded once, before anything is measured
+        from regional.location import parse_location
+        from regional.storage import open_storage
+
+        inp = f"{server.create_bucket('bench-input')}/in"
+        storage = open_storage(parse_location("in", inp))
+        for path in sorted(local_in.rglob("*.txt")):
+            storage.write(f"{path.parent.name}/{path.name}", path.read_bytes())
 
     def start(pipeline: str, out: str, ck: str):
         return start_query(spark, pipeline, inp, out, ck, args.rows_per_file)
-
-    rows = write_input(inp, args.rows_per_file, args.files_per_region, LINE_PAD)
-    size_mb = sum(f.stat().st_size for f in inp.rglob("*.txt")) / 2**20
     times: dict[str, list[float]] = {"regional": [], "stock": []}
     sent: dict[str, list[int]] = {"regional": [], "stock": []}
     try:
@@ -106,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         "## S3: the volume scenario into Delta on S3 (s3proxy)",
         "",
         f"Command: `python -m benchmarks.s3 --rows-per-file {args.rows_per_file} --files-per-region "
-        f"{args.files_per_region} --repeats {args.repeats}`. 16 regions, {rows:,} lines ({size_mb:,.0f} MB) of local "
-        "text files, upper-cased, into a Delta table on s3proxy 4.1.0 (loopback), both checkpoints on S3; "
+        f"{args.files_per_region} --repeats {args.repeats} --input {args.input}`. 16 regions, {rows:,} lines "
+        f"({size_mb:,.0f} MB) of text files {'on S3' if args.input == 's3' else 'on local disk'}, upper-cased, "
+        "into a Delta table on s3proxy 4.1.0 (loopback), both checkpoints on S3; "
         "stock is Spark's text source into delta-spark over s3a://, regional is source=files into target=delta "
         "(parquet written by the tasks through obstore, committed by delta-rs). Same session, same server, in "
         "the same run; the first pair of runs warms up and is not counted.",
