@@ -205,8 +205,8 @@ class ObjectFiles(FilesInput):
             if content.size and (content.size, content.digest) in live_content \
                     and self._held.get((region, name)) != content.etag:
                 self._held[(region, name)] = content.etag
-                log.warning("regional: source=files: region %r: %r holds the same bytes as a file already read; "
-                            "held back one listing in case it is being moved (a copy and a delete)", region, name)
+                log.info("regional: source=files: region %r: %r holds the same bytes as a file already read; "
+                     "held back one listing in case it is being moved (a copy and a delete)", region, name)
                 continue
             self._held.pop((region, name), None)
             change.put.append(FileSpan(name, change.end, content.lines, content.size, 0, 0, content.digest,
