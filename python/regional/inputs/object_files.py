@@ -206,7 +206,7 @@ class ObjectFiles(FilesInput):
                     and self._held.get((region, name)) != content.etag:
                 self._held[(region, name)] = content.etag
                 log.info("regional: source=files: region %r: %r holds the same bytes as a file already read; "
-                     "held back one listing in case it is being moved (a copy and a delete)", region, name)
+                         "held back one listing in case it is being moved (a copy and a delete)", region, name)
                 continue
             self._held.pop((region, name), None)
             change.put.append(FileSpan(name, change.end, content.lines, content.size, 0, 0, content.digest,
