@@ -112,11 +112,19 @@ def test_a_moved_file_is_the_same_file_and_a_copy_is_new_input_after_one_listing
     assert s.available(3) == {"a": 3}
     assert read_all(s, "a", 2, 3) == [(2, "y0")]
 
+    # identical bytes later, under a new name, after the old file was seen gone: new input (a heartbeat)
+    commit(tmp_path / "ck", 3, {"a": 3})
+    storage.delete("a/moving.txt")
+    assert s.available(4) == {"a": 3}  # gone: marked
+    storage.write("a/heartbeat.txt", b"y0\n")
+    assert s.available(5) == {"a": 4}
+    assert read_all(s, "a", 3, 4) == [(3, "y0")]
+
     # a copy that stays: new input, one listing later
     storage.write("a/copy.txt", storage.read("a/renamed.txt") or b"")
-    assert s.available(4) == {"a": 3}
-    assert s.available(5) == {"a": 5}
-    assert read_all(s, "a", 3, 5) == [(3, "x0"), (4, "x1")]
+    assert s.available(6) == {"a": 4}
+    assert s.available(7) == {"a": 6}
+    assert read_all(s, "a", 4, 6) == [(4, "x0"), (5, "x1")]
 
 
 def test_an_object_written_again_with_other_content_fails_naming_it_and_byte_equal_is_the_same(bucket, tmp_path):

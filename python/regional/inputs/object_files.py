@@ -25,12 +25,16 @@ the same file when it has the same size and content (SHA-256); its ETag says whe
 - An object written again under its name with other content fails the query naming it, as a changed file
   does on disk (an object store cannot append: a longer object is another object); written again byte-equal,
   it is the same file.
-- A new name holding the content of a known file that went missing is that file, moved: never read again.
+- A new name holding the content of a known file that went missing in the same listing is that file, moved:
+  never read again. A file missing since an earlier listing and its bytes under a new name later is new input
+  (identical files are ordinary: the same heartbeat line every minute, the old ones deleted); under its own
+  name it is the file put back.
 - A new object byte-equal to a known file still present is held back for one listing: a move caught between
   its copy and its delete. If the known file is gone by the next listing, it was moved; if both are still
   there, it is a copy, and new input, as a copy is on disk.
-- A processed file deleted and its content uploaded again under another name before the next listing
-  counts as that file moved, and is not read again. A new object that begins with a deleted file's content
+- Limit: a file deleted and the same bytes uploaded under another name between two listings count as that
+  file moved, and are not read again; give new input new content (a line with its time or id) if files can
+  repeat. A new object that begins with a deleted file's content
   is new input (an object store cannot tell it from a rename and an append).
 """
 
@@ -196,9 +200,12 @@ class ObjectFiles(FilesInput):
             if name not in read:
                 continue  # deleted since the LIST: the next listing sees it, or not
             content = read[name]
-            found = next((s for s in missing.values()
-                          if s.seq not in moved and (s.size, s.digest) == (content.size, content.digest)), None)
-            if found is not None:  # moved here (or put back): the same file, never read again
+            # Moved here: its old name went missing in this very listing (a move seen whole, or its copy held back
+            # at the last one). Put back: the same name. A file missing since an earlier listing is not matched
+            # under another name: that is new input with the same bytes (the same heartbeat line, say).
+            found = next((s for s in missing.values() if s.seq not in moved and (not s.gone or s.name == name)
+                          and (s.size, s.digest) == (content.size, content.digest)), None)
+            if found is not None:  # the same file, never read again
                 moved.add(found.seq)
                 change.put.append(replace(found, name=name, etag=content.etag, gone=False))
                 continue
