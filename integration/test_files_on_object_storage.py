@@ -5,12 +5,13 @@ written again. The query end to end (files on S3 into Delta on S3) is in test_ob
 from __future__ import annotations
 
 import pickle
+import time
 import uuid
 
 import pytest
 
 from regional.errors import RegionalConfigError, RegionalDataLossError
-from regional.inputs import files
+from regional.inputs import files, object_files
 from regional.inputs.object_files import ObjectFiles
 from regional.location import parse_location
 from regional.storage import Storage, open_storage
@@ -91,7 +92,8 @@ def test_one_listing_per_epoch_for_every_region(bucket, tmp_path):
     assert lists == [("", True), ("", True)]
 
 
-def test_a_moved_file_is_the_same_file_and_a_copy_is_new_input_after_one_listing(bucket, tmp_path):
+def test_a_moved_file_is_the_same_file_and_a_copy_is_new_input_after_one_listing(bucket, tmp_path, monkeypatch):
+    monkeypatch.setattr(object_files, "COPY_GRACE_S", 0.0)  # held back for one listing only
     path = f"{bucket}/in"
     storage = open_storage(parse_location("path", path))
     put(storage, "a/001.txt", ["x0", "x1"])
@@ -194,3 +196,105 @@ def test_a_renamed_region_prefix_is_refused(bucket, tmp_path):
         s.available(2)  # published or not: 'new' would read them again
     put(storage, "old/002.txt", ["r2"])  # to read them again on purpose: the old prefix stays
     assert s.available(3) == {"new": 2, "old": 3}
+
+
+def copy(storage: Storage, old: str, new: str) -> None:
+    storage.write(new, storage.read(old) or b"")
+
+
+def test_a_copy_is_held_back_for_a_time_not_a_count_of_listings(bucket, tmp_path, monkeypatch):
+    """Spark may list twice within milliseconds (AvailableNow lists in prepareForTriggerAvailableNow and in
+    latestOffset): a move's copy must still be held when its delete lands."""
+    monkeypatch.setattr(object_files, "COPY_GRACE_S", 1.0)
+    path = f"{bucket}/in"
+    storage = open_storage(parse_location("path", path))
+    put(storage, "a/A.txt", ["x0", "x1"])
+    s = source(path, tmp_path / "ck")
+    assert s.available(0) == {"a": 2}
+    copy(storage, "a/A.txt", "a/B.txt")  # `aws s3 mv A B` under way
+    assert s.available(1) == {"a": 2}
+    assert s.available(2) == {"a": 2}
+    storage.delete("a/A.txt")
+    assert s.available(3) == {"a": 2}
+    assert [(sp.name, sp.first_offset) for sp in s.manifest()["a"].files.values()] == [("B.txt", 0)]
+    copy(storage, "a/B.txt", "a/C.txt")  # a copy that stays: new input once the grace has passed
+    assert s.available(4) == {"a": 2}
+    time.sleep(1.1)
+    assert s.available(5) == {"a": 4}
+
+
+def test_a_hold_ends_with_its_listing_so_a_later_move_is_still_recognised(bucket, tmp_path, monkeypatch):
+    monkeypatch.setattr(object_files, "COPY_GRACE_S", 0.0)
+    path = f"{bucket}/in"
+    storage = open_storage(parse_location("path", path))
+    put(storage, "a/A.txt", ["x0", "x1"])
+    s = source(path, tmp_path / "ck")
+    assert s.available(0) == {"a": 2}
+    copy(storage, "a/A.txt", "a/C.txt")
+    assert s.available(1) == {"a": 2}  # held
+    storage.delete("a/C.txt")  # the copy went away again
+    assert s.available(2) == {"a": 2}
+    copy(storage, "a/A.txt", "a/C.txt")  # now `mv A C`, caught between its copy and its delete
+    assert s.available(3) == {"a": 2}
+    storage.delete("a/A.txt")
+    assert s.available(4) == {"a": 2}
+    assert read_all(s, "a", 0, 2) == [(0, "x0"), (1, "x1")]
+
+
+def test_moves_over_a_known_name(bucket, tmp_path, monkeypatch):
+    """``mv B A`` where A exists: caught between its copy and its delete, and seen whole while a third file holds
+    B's bytes; and A written again with the bytes of a file seen gone before (not a move: refused)."""
+    monkeypatch.setattr(object_files, "COPY_GRACE_S", 0.0)
+    path = f"{bucket}/in"
+    storage = open_storage(parse_location("path", path))
+    ck = tmp_path / "ck"
+    put(storage, "a/A.txt", ["aaaa"])
+    put(storage, "a/B.txt", ["bbbb"])
+    s = source(path, ck)
+    assert s.available(0) == {"a": 2}
+    commit(ck, 0, {"a": 2})
+    copy(storage, "a/B.txt", "a/A.txt")
+    assert s.available(1) == {"a": 2}  # mid-move: decided later
+    storage.delete("a/B.txt")
+    assert s.available(2) == {"a": 2}
+    assert read_all(s, "a", 1, 2) == [(1, "bbbb")]  # B, now at A
+
+    put(storage, "a/C.txt", ["cccc"])
+    assert s.available(3) == {"a": 3}
+    copy(storage, "a/C.txt", "a/D.txt")
+    s.available(4)
+    assert s.available(5) == {"a": 4}  # D: a copy, new input
+    commit(ck, 1, {"a": 4})
+    copy(storage, "a/C.txt", "a/A.txt")  # `mv C A` seen whole, while D holds C's bytes too
+    storage.delete("a/C.txt")
+    assert s.available(6) == {"a": 4}
+    assert read_all(s, "a", 2, 4) == [(2, "cccc"), (3, "cccc")]
+
+    storage.delete("a/D.txt")
+    s.available(7)  # D seen gone
+    put(storage, "a/A.txt", ["cccc"])  # byte-equal: the same file
+    assert s.available(8) == {"a": 4}
+    put(storage, "a/A.txt", ["dddd"])
+    with pytest.raises(RegionalConfigError, match=r"'A\.txt' of region 'a' changed"):
+        s.available(9)
+
+
+def test_a_task_finds_a_file_moved_after_the_plan(bucket, tmp_path):
+    """Moved after its epoch was planned: among more than 16 objects of its size (fixed-size files), with a
+    new file of the same size under its old name (a rotation)."""
+    path = f"{bucket}/in"
+    storage = open_storage(parse_location("path", path))
+    ck = tmp_path / "ck"
+    line = "x" * 20
+    put(storage, "a/cur.log", [f"{line}-{0:03d}"])
+    for i in range(1, 21):
+        put(storage, f"a/other-{i:02d}.log", [f"{line}-{i:03d}"])
+    s = source(path, ck)
+    assert s.available(0) == {"a": 21}
+    split = s.split("a", 0, 1)
+    storage.write("a/zz.log", (storage.read("a/cur.log") or b"") + b"")  # a copy under a new name ...
+    storage.delete("a/cur.log")  # ... and the delete: a move
+    put(storage, "a/cur.log", [f"{line}-new"])  # the same size, other bytes, under the old name
+    task = pickle.loads(pickle.dumps(s))
+    assert [r["value"] for b in task.read("a", 0, 1, split) for r in b.to_pylist()] == [f"{line}-000"]
+    assert read_all(source(path, ck), "a", 0, 1) == [(0, f"{line}-000")]  # a restarted driver re-runs the plan

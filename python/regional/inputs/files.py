@@ -379,7 +379,9 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
                         f"{region!r}? A region is its directory's name, and a new region is read from its start, "
                         f"so its records would be read twice. Rename the directory back to {was!r}; to read the "
                         "files again on purpose, copy them into a new directory before removing the old one (a "
-                        "copy is new input)")
+                        f"copy is new input). If {region!r} is new input that only holds the same bytes, let "
+                        f"{was!r} be seen gone first: put back an empty {was!r} (a directory, or on object storage "
+                        f"an object '{was}/_keep') for one epoch, then remove it")
 
     def _removed(self, region: str, known: RegionFiles, committed: Callable[[str], int]) -> RegionChange:
         """A region directory that is no longer there. With records unpublished, the query fails naming the

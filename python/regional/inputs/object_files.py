@@ -29,9 +29,12 @@ the same file when it has the same size and content (SHA-256); its ETag says whe
   never read again. A file missing since an earlier listing and its bytes under a new name later is new input
   (identical files are ordinary: the same heartbeat line every minute, the old ones deleted); under its own
   name it is the file put back.
-- A new object byte-equal to a known file still present is held back for one listing: a move caught between
-  its copy and its delete. If the known file is gone by the next listing, it was moved; if both are still
-  there, it is a copy, and new input, as a copy is on disk.
+- A new object byte-equal to a known file still present is held back for ``COPY_GRACE_S`` (10 s, and at least
+  one later listing): a move caught between its copy and its delete. If the known file is gone by then, it
+  was moved; if both are still there, it is a copy, and new input, as a copy is on disk. A known name written
+  again with another known file's bytes is held the same way (``mv b a`` over an existing ``a``); a rotation
+  (``a`` moved to ``a.1``, a new ``a``) is recognised when seen whole.
+- A task whose planned file was moved since finds it under its new name, by size and content (its ETag first).
 - Limit: a file deleted and the same bytes uploaded under another name between two listings count as that
   file moved, and are not read again; give new input new content (a line with its time or id) if files can
   repeat. A new object that begins with a deleted file's content
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -64,7 +68,9 @@ from regional.storage import ObjectInfo, Storage, open_storage
 log = logging.getLogger("regional")
 
 FETCH_THREADS = 16  # each new object is a GET: ask for many at once
-FIND_CANDIDATES = 16  # objects of the same size a moved file is looked for among, by content
+# A move is a copy and a delete: a byte-equal copy of a file still present waits this long (and for a later
+# listing) for the delete. Time, not a count of listings: Spark may list twice within milliseconds.
+COPY_GRACE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -89,11 +95,13 @@ class ObjectFiles(FilesInput):
     def __init__(self, location: Location) -> None:
         super().__init__(location)
         self._storage: Storage | None = None
-        self._held: dict[tuple[str, str], str] = {}  # (region, name) -> ETag, held back by the last listing
+        # (region, name) -> (ETag, when first held): names held back by the last listing, and by this one
+        self._held_before: dict[tuple[str, str], tuple[str, float]] = {}
+        self._held: dict[tuple[str, str], tuple[str, float]] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
-        state.update(_storage=None, _held={})
+        state.update(_storage=None, _held_before={}, _held={})
         return state
 
     @property
@@ -120,7 +128,22 @@ class ObjectFiles(FilesInput):
             if name and "/" not in name and not is_hidden(name):
                 files.objects[name] = replace(info, name=name)
         self._read_new(listing)
+        self._held_before, self._held = self._held, {}  # only what this listing holds again stays held
         return listing
+
+    def _hold(self, region: str, name: str, etag: str, why: str) -> bool:
+        """Whether to hold back ``name`` (its ETag ``etag``) in this listing: until a later listing at least
+        ``COPY_GRACE_S`` after the first that held it (the same object: the same ETag)."""
+        now = time.monotonic()
+        before = self._held_before.get((region, name))
+        if before is not None and before[0] == etag and now - before[1] >= COPY_GRACE_S:
+            return False
+        if before is None or before[0] != etag:
+            before = (etag, now)
+            log.info("regional: source=files: region %r: %r %s; held back for %.0f s in case it is being moved "
+                     "(a copy, then a delete)", region, name, why, COPY_GRACE_S)
+        self._held[(region, name)] = before
+        return True
 
     def _read_new(self, listing: dict[str, _RegionListing]) -> None:
         """Read, in parallel, every listed object that is new or was written again since the manifest saw it."""
@@ -171,13 +194,20 @@ class ObjectFiles(FilesInput):
                 live.add(seq)
             elif name in read:
                 written_again.append((name, seq))
-        listed_by_content = {(c.size, c.digest): n for n, c in read.items()}
-        known_by_content = {(s.size, s.digest): seq for seq, s in known.files.items()}
+        listed_by_content: dict[tuple[int, str], list[str]] = {}
+        for n, c in read.items():
+            listed_by_content.setdefault((c.size, c.digest), []).append(n)
+        known_by_content: dict[tuple[int, str], list[int]] = {}
+        for seq, span in known.files.items():
+            known_by_content.setdefault((span.size, span.digest), []).append(seq)
 
         def at_its_name(seq: int) -> bool:
             span = known.files[seq]
             content = read.get(span.name)
             return seq in live or (content is not None and (content.size, content.digest) == (span.size, span.digest))
+
+        def going_missing(seq: int) -> bool:  # seen at the last listing, not at its name in this one
+            return not known.files[seq].gone and not at_its_name(seq)
 
         reused: list[str] = []  # known names that now hold another file (the known one moved away, or came here)
         for name, seq in written_again:
@@ -186,13 +216,17 @@ class ObjectFiles(FilesInput):
                 live.add(seq)  # written again byte-equal: the same file
                 change.put.append(replace(span, etag=content.etag))
                 continue
-            other = known_by_content.get((content.size, content.digest))
-            moved_away = listed_by_content.get((span.size, span.digest), name) != name
-            if moved_away or (other is not None and other != seq and not at_its_name(other)):
-                reused.append(name)
+            came = [o for o in known_by_content.get((content.size, content.digest), []) if o != seq]
+            moved_away = any(n != name for n in listed_by_content.get((span.size, span.digest), []))
+            if moved_away or any(going_missing(o) for o in came):
+                reused.append(name)  # a rotation: this file moved away, or another moved here
+                continue
+            if any(at_its_name(o) for o in came) and self._hold(region, name, content.etag,
+                                                                 "was written again with another file's bytes"):
+                live.add(seq)  # ``mv other name`` between its copy and its delete: decided at a later listing
                 continue
             raise file_changed(region, span, f"{span.size} bytes when first seen, {content.size} now"
-                           if content.size != span.size else "same size, other content (written again)")
+                               if content.size != span.size else "same size, other content (written again)")
         missing = {seq: s for seq, s in known.files.items() if seq not in live}
         live_content = {(known.files[seq].size, known.files[seq].digest) for seq in live}
         moved: set[int] = set()
@@ -201,8 +235,8 @@ class ObjectFiles(FilesInput):
                 continue  # deleted since the LIST: the next listing sees it, or not
             content = read[name]
             # Moved here: its old name went missing in this very listing (a move seen whole, or its copy held back
-            # at the last one). Put back: the same name. A file missing since an earlier listing is not matched
-            # under another name: that is new input with the same bytes (the same heartbeat line, say).
+            # before). Put back: the same name. A file missing since an earlier listing is not matched under
+            # another name: that is new input with the same bytes (the same heartbeat line, say).
             found = next((s for s in missing.values() if s.seq not in moved and (not s.gone or s.name == name)
                           and (s.size, s.digest) == (content.size, content.digest)), None)
             if found is not None:  # the same file, never read again
@@ -210,12 +244,8 @@ class ObjectFiles(FilesInput):
                 change.put.append(replace(found, name=name, etag=content.etag, gone=False))
                 continue
             if content.size and (content.size, content.digest) in live_content \
-                    and self._held.get((region, name)) != content.etag:
-                self._held[(region, name)] = content.etag
-                log.info("regional: source=files: region %r: %r holds the same bytes as a file already read; "
-                         "held back one listing in case it is being moved (a copy and a delete)", region, name)
+                    and self._hold(region, name, content.etag, "holds the same bytes as a file already read"):
                 continue
-            self._held.pop((region, name), None)
             change.put.append(FileSpan(name, change.end, content.lines, content.size, 0, 0, content.digest,
                                        change.next_seq, etag=content.etag))
             change.end += content.lines
@@ -229,16 +259,10 @@ class ObjectFiles(FilesInput):
         return (span.size, span.digest) if span.size else None  # empty files are all alike
 
     def _locate(self, region: str, span: FileSpan) -> FileSpan | None:
+        if not span.gone:
+            return span  # the last listing saw it (a HEAD per file per epoch would cost more than the LIST)
         info = self.storage.head(f"{region}/{span.name}")
-        if info is not None and info.size == span.size:
-            return span  # the reader compares content when the ETag differs
-        candidates = [o for o in self.storage.list(region) if o.size == span.size]
-        candidates.sort(key=lambda o: o.etag != span.etag)  # a copy keeps the ETag of a single-part object
-        for other in candidates[:FIND_CANDIDATES]:
-            content = self._content(other.name)
-            if content is not None and content.digest == span.digest:
-                return replace(span, name=other.name[len(region) + 1:], etag=content.etag)
-        return None
+        return span if info is not None and info.size == span.size else None  # put back since? the task checks
 
     def _region_exists(self, region: str) -> bool:
         return bool(self.storage.list(region, recursive=True))
@@ -247,22 +271,30 @@ class ObjectFiles(FilesInput):
 
     def _read_span(self, region: str, span: FileSpan) -> bytes:
         got = self.storage.read_stream(f"{region}/{span.name}")
-        if got is None or got[0].size != span.size:
-            located = self._locate(region, span)  # moved since the plan?
-            if located is not None:
-                got = self.storage.read_stream(f"{region}/{located.name}")
-            elif got is not None:
-                raise file_changed(region, span, f"{span.size} bytes when first seen, {got[0].size} when a task "
-                                                 "read it")
-        if got is None:
+        data = None if got is None else b"".join(got[1])
+        if got is not None and data is not None and len(data) == span.size \
+                and (got[0].etag == span.etag or short_digest(hashlib.sha256(data)) == span.digest):
+            return data
+        moved = self._find_moved(region, span)  # moved since the plan (and maybe another file took its name)?
+        if moved is not None:
+            return moved
+        if data is None:
             raise RegionalDataLossError(
                 f"source=files: file {span.name!r} of region {region!r} (offsets [{span.first_offset}, "
                 f"{span.end})) is gone from {self.storage.describe(region)}: it was deleted or changed after its "
                 "epoch was planned")
-        info, chunks = got
-        data = b"".join(chunks)
-        if len(data) != span.size:
-            raise file_changed(region, span, f"{span.size} bytes when first seen, {len(data)} when a task read it")
-        if info.etag != span.etag and short_digest(hashlib.sha256(data)) != span.digest:
-            raise file_changed(region, span, "same size, other content when a task read it")
-        return data
+        raise file_changed(region, span, f"{span.size} bytes when first seen, {len(data)} when a task read it"
+                           if len(data) != span.size else "same size, other content when a task read it")
+
+    def _find_moved(self, region: str, span: FileSpan) -> bytes | None:
+        """The bytes of ``span``'s file under another name of its region, found by size and content (objects
+        with its ETag first: a copy keeps the ETag of a single-part object on S3); None if it is nowhere."""
+        candidates = [o for o in self.storage.list(region) if o.size == span.size
+                      and o.name[len(region) + 1:] != span.name and not is_hidden(o.name[len(region) + 1:])]
+        candidates.sort(key=lambda o: o.etag != span.etag)
+        for other in candidates:
+            got = self.storage.read_stream(other.name)
+            data = None if got is None else b"".join(got[1])
+            if data is not None and short_digest(hashlib.sha256(data)) == span.digest:
+                return data
+        return None
