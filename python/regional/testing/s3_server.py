@@ -131,5 +131,9 @@ def hadoop_conf(endpoint: str) -> dict[str, str]:
 def spark_conf(endpoint: str) -> dict[str, str]:
     """The SparkSession conf for ``s3a://`` at ``endpoint``: the jars and ``spark.hadoop.fs.s3a.*``."""
     conf = {f"spark.hadoop.{key}": value for key, value in hadoop_conf(endpoint).items()}
-    conf["spark.jars"] = ",".join(str(p) for p in s3a_jars())
+    # On the class path, not in spark.jars: Spark copies spark.jars into a temporary directory per driver (743 MB
+    # with the AWS SDK bundle), which a driver killed with SIGKILL never removes.
+    jars = ":".join(str(p) for p in s3a_jars())
+    conf["spark.driver.extraClassPath"] = jars
+    conf["spark.executor.extraClassPath"] = jars
     return conf
