@@ -187,6 +187,13 @@ class RegionChange:
     def to_json(self) -> dict[str, Any]:
         return {"end": self.end, "next": self.next_seq, "put": [s.to_json() for s in self.put], "drop": self.drop}
 
+    def add_file(self, name: str, lines: int, size: int, digest: str, inode: int = 0, mtime_ns: int = 0,
+                 etag: str = "") -> None:
+        """A new file: the offsets after every known one."""
+        self.put.append(FileSpan(name, self.end, lines, size, inode, mtime_ns, digest, self.next_seq, etag=etag))
+        self.end += lines
+        self.next_seq += 1
+
 
 @dataclass(frozen=True)
 class Fingerprint:
@@ -348,6 +355,11 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
     @abstractmethod
     def _read_span(self, region: str, span: FileSpan) -> bytes:
         """In the task: the bytes of ``span``'s file, checked to be the file the driver counted."""
+
+    def _missing_all(self, region: str, spans: list[FileSpan], change: RegionChange,
+                     committed: Callable[[str], int]) -> None:
+        for span in spans:
+            self._missing(region, span, change, committed)
 
     def _missing(self, region: str, span: FileSpan, change: RegionChange, committed: Callable[[str], int]) -> None:
         """A known file not listed: marked gone at the first listing that misses it; at the next, dropped if its
@@ -563,13 +575,8 @@ class LocalFiles(FilesInput):
                 renamed.add(found.seq)
                 change.put.append(replace(found, name=name, inode=fp.inode, mtime_ns=fp.mtime_ns, gone=False))
                 continue
-            change.put.append(FileSpan(name, change.end, fp.lines, fp.size, fp.inode, fp.mtime_ns, fp.digest,
-                                       change.next_seq))
-            change.end += fp.lines
-            change.next_seq += 1
-        for seq, span in missing.items():
-            if seq not in renamed:
-                self._missing(region, span, change, committed)
+            change.add_file(name, fp.lines, fp.size, fp.digest, fp.inode, fp.mtime_ns)
+        self._missing_all(region, [s for seq, s in missing.items() if seq not in renamed], change, committed)
         return change
 
     def _match_missing(self, region: str, name: str, fp: Fingerprint, missing: Mapping[int, FileSpan],

@@ -246,13 +246,8 @@ class ObjectFiles(FilesInput):
             if content.size and (content.size, content.digest) in live_content \
                     and self._hold(region, name, content.etag, "holds the same bytes as a file already read"):
                 continue
-            change.put.append(FileSpan(name, change.end, content.lines, content.size, 0, 0, content.digest,
-                                       change.next_seq, etag=content.etag))
-            change.end += content.lines
-            change.next_seq += 1
-        for seq, span in missing.items():
-            if seq not in moved:
-                self._missing(region, span, change, committed)
+            change.add_file(name, content.lines, content.size, content.digest, etag=content.etag)
+        self._missing_all(region, [s for seq, s in missing.items() if seq not in moved], change, committed)
         return change
 
     def _identity(self, span: FileSpan) -> tuple[Any, ...] | None:
