@@ -123,11 +123,14 @@ def test_a_moved_file_is_the_same_file_and_a_copy_is_new_input_after_one_listing
     assert s.available(5) == {"a": 4}
     assert read_all(s, "a", 3, 4) == [(3, "y0")]
 
-    # a copy that stays: new input, one listing later
+    # a copy of a published file: new input at once (nothing of it is left to read: no move to wait for)
     storage.write("a/copy.txt", storage.read("a/renamed.txt") or b"")
-    assert s.available(6) == {"a": 4}
-    assert s.available(7) == {"a": 6}
+    assert s.available(6) == {"a": 6}
     assert read_all(s, "a", 4, 6) == [(4, "x0"), (5, "x1")]
+    # and so is a published file moved: Spark's rule (a move is a copy); move processed files out of path
+    commit(tmp_path / "ck", 6, {"a": 6})
+    move(storage, "a/copy.txt", "a/copy-moved.txt")
+    assert s.available(7) == {"a": 8}
 
 
 def test_an_object_written_again_with_other_content_fails_naming_it_and_byte_equal_is_the_same(bucket, tmp_path):
@@ -245,8 +248,8 @@ def test_a_hold_ends_with_its_listing_so_a_later_move_is_still_recognised(bucket
 
 
 def test_moves_over_a_known_name(bucket, tmp_path, monkeypatch):
-    """``mv B A`` where A exists: caught between its copy and its delete, and seen whole while a third file holds
-    B's bytes; and A written again with the bytes of a file seen gone before (not a move: refused)."""
+    """``mv B A`` where A exists (B's records unpublished): caught between its copy and its delete, and seen
+    whole while a third file holds B's bytes; and A written again with new bytes: refused."""
     monkeypatch.setattr(object_files, "COPY_GRACE_S", 0.0)
     path = f"{bucket}/in"
     storage = open_storage(parse_location("path", path))
@@ -255,7 +258,7 @@ def test_moves_over_a_known_name(bucket, tmp_path, monkeypatch):
     put(storage, "a/B.txt", ["bbbb"])
     s = source(path, ck)
     assert s.available(0) == {"a": 2}
-    commit(ck, 0, {"a": 2})
+    commit(ck, 0, {"a": 1})
     copy(storage, "a/B.txt", "a/A.txt")
     assert s.available(1) == {"a": 2}  # mid-move: decided later
     storage.delete("a/B.txt")
@@ -267,12 +270,13 @@ def test_moves_over_a_known_name(bucket, tmp_path, monkeypatch):
     copy(storage, "a/C.txt", "a/D.txt")
     s.available(4)
     assert s.available(5) == {"a": 4}  # D: a copy, new input
-    commit(ck, 1, {"a": 4})
+    commit(ck, 1, {"a": 2})  # B's record, at A: published (A may be replaced)
     copy(storage, "a/C.txt", "a/A.txt")  # `mv C A` seen whole, while D holds C's bytes too
     storage.delete("a/C.txt")
     assert s.available(6) == {"a": 4}
     assert read_all(s, "a", 2, 4) == [(2, "cccc"), (3, "cccc")]
 
+    commit(ck, 2, {"a": 4})
     storage.delete("a/D.txt")
     s.available(7)  # D seen gone
     put(storage, "a/A.txt", ["cccc"])  # byte-equal: the same file
@@ -301,3 +305,73 @@ def test_a_task_finds_a_file_moved_after_the_plan(bucket, tmp_path):
     task = pickle.loads(pickle.dumps(s))
     assert [r["value"] for b in task.read("a", 0, 1, split) for r in b.to_pylist()] == [f"{line}-000"]
     assert read_all(source(path, ck), "a", 0, 1) == [(0, f"{line}-000")]  # a restarted driver re-runs the plan
+
+
+def test_review_cases_moves_copies_heartbeats_and_a_racing_listing(bucket, tmp_path, monkeypatch):
+    """A move seen whole and a copy of it in one listing; a temporary upload moved to its name before it was ever
+    listed; a heartbeat (the same bytes) after the processed one was deleted; a published file put back under
+    its name; and a listing that raced with a second move (an object gone between the LIST and its GET)."""
+    monkeypatch.setattr(object_files, "COPY_GRACE_S", 0.0)
+    path = f"{bucket}/in"
+    storage = open_storage(parse_location("path", path))
+    ck = tmp_path / "ck"
+    put(storage, "a/A.txt", ["x0", "x1"])
+    s = source(path, ck)
+    assert s.available(0) == {"a": 2}
+    move(storage, "a/A.txt", "a/B.txt")
+    copy(storage, "a/B.txt", "a/C.txt")  # the next `mv B C` under way, in the same listing
+    assert s.available(1) == {"a": 2}
+    storage.delete("a/B.txt")
+    assert s.available(2) == {"a": 2}
+
+    put(storage, "a/upload.tmp", ["u0"])  # `aws s3 mv upload.tmp final.txt`, never listed before
+    copy(storage, "a/upload.tmp", "a/final.txt")
+    assert s.available(3) == {"a": 3}
+    storage.delete("a/upload.tmp")
+    assert s.available(4) == {"a": 3}
+    assert read_all(s, "a", 0, 3) == [(0, "x0"), (1, "x1"), (2, "u0")]
+
+    commit(ck, 0, {"a": 3})
+    put(storage, "a/hb-2.txt", ["x0", "x1"])  # the same bytes as C, which is published: new input at once
+    storage.delete("a/C.txt")  # the cleanup of processed files, in the same listing
+    assert s.available(5) == {"a": 5}
+    commit(ck, 1, {"a": 5})
+    storage.delete("a/hb-2.txt")
+    assert s.available(6) == {"a": 5}
+    put(storage, "a/hb-2.txt", ["x0", "x1"])  # a published file's name and bytes again: new input
+    assert s.available(7) == {"a": 7}
+    assert read_all(s, "a", 5, 7) == [(5, "x0"), (6, "x1")]
+
+    put(storage, "a/D.txt", ["d0"])
+    assert s.available(8) == {"a": 8}
+    move(storage, "a/D.txt", "a/E.txt")
+    real_list = s.storage.list
+
+    def list_then_move_again(directory: str = "", recursive: bool = False):
+        listed = real_list(directory, recursive)
+        if recursive and storage.head("a/E.txt") is not None:
+            move(storage, "a/E.txt", "a/F.txt")  # after the LIST, before the GET of E
+        return listed
+
+    s.storage.list = list_then_move_again  # type: ignore[method-assign]
+    assert s.available(9) == {"a": 8}  # the listing raced: nothing decided
+    s.storage.list = real_list  # type: ignore[method-assign]
+    assert s.available(10) == {"a": 8}  # D moved, to F
+    assert read_all(s, "a", 7, 8) == [(7, "d0")]
+
+
+def test_a_recorded_epoch_re_run_after_its_files_were_deleted_reads_nothing_it_needs_not(bucket, tmp_path):
+    """Spark re-runs the last planned batch after a restart; its records are published and the processed file
+    was deleted meanwhile: the plan skips it (no task fails on it)."""
+    path = f"{bucket}/in"
+    storage = open_storage(parse_location("path", path))
+    ck = tmp_path / "ck"
+    put(storage, "a/001.txt", ["a0", "a1"])
+    put(storage, "a/002.txt", ["a2"])
+    s = source(path, ck)
+    assert s.available(0) == {"a": 3}
+    commit(ck, 0, {"a": 2})
+    storage.delete("a/001.txt")
+    restarted = source(path, ck)
+    assert restarted.split("a", 0, 2) == []
+    assert read_all(restarted, "a", 0, 3) == [(2, "a2")]

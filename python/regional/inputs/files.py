@@ -346,8 +346,9 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
         """What makes a file the same file under another name (a region directory renamed); None: nothing."""
 
     @abstractmethod
-    def _locate(self, region: str, span: FileSpan) -> FileSpan | None:
-        """``span`` under its current name (it may have been renamed); None when it is gone."""
+    def _locate(self, region: str, span: FileSpan, published: bool) -> FileSpan | None:
+        """``span`` under its current name (it may have been renamed); None when it is gone. ``published``: the
+        records the plan needs from it are all published (a re-run of a recorded epoch: it may be gone)."""
 
     @abstractmethod
     def _region_exists(self, region: str) -> bool: ...
@@ -430,7 +431,7 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
             if span.first_offset > cursor:
                 self._check_published(region, cursor, span.first_offset, committed, "no longer in the manifest")
             cursor = max(cursor, span.end)
-            found = self._locate(region, span)
+            found = self._locate(region, span, published=min(end, span.end) <= committed(region))
             if found is None:
                 self._check_published(region, max(start, span.first_offset), min(end, span.end), committed,
                                       f"in file {span.name!r}, which is gone")
@@ -598,7 +599,7 @@ class LocalFiles(FilesInput):
     def _identity(self, span: FileSpan) -> tuple[Any, ...] | None:
         return (span.inode, span.size)
 
-    def _locate(self, region: str, span: FileSpan) -> FileSpan | None:
+    def _locate(self, region: str, span: FileSpan, published: bool) -> FileSpan | None:
         return _locate(self.root / region, span)
 
     def _region_exists(self, region: str) -> bool:

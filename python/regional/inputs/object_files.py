@@ -19,26 +19,38 @@ parallel), to count its lines and take its SHA-256, as on a local disk, and once
 Identity
 --------
 An object has no inode, and an object store has no rename: ``aws s3 mv`` is a copy and a delete. A file is
-the same file when it has the same size and content (SHA-256); its ETag says when to look again.
+the same file when it has the same size and content (SHA-256); its ETag only says when to look again. Two rules
+follow, one for each kind of file:
+
+- **Records unpublished: a move is the same file.** A new name holding the bytes of a file with records still
+  unpublished that went missing in the same listing is that file, moved, never read twice. A new object
+  byte-equal to such a file still present (or to another new object of the same listing) is held back for
+  ``COPY_GRACE_S`` (10 s, and at least one later listing), in case it is a move caught between its copy and its
+  delete: if the other is gone by then, it was moved; if both are still there, it is a copy, and new input.
+  Under its own name, such a file deleted and put back is the same file.
+- **Records all published: the same bytes again are new input**, at once, as in Spark's file source: the same
+  heartbeat line every minute with the processed files deleted is never lost. So a published file *moved* to
+  another visible name of ``path`` is read again: move processed files out of ``path`` (or delete them), never
+  within it.
+
+And as on disk:
 
 - Writers need no hidden name: an object appears whole when its PUT completes.
-- An object written again under its name with other content fails the query naming it, as a changed file
-  does on disk (an object store cannot append: a longer object is another object); written again byte-equal,
-  it is the same file.
-- A new name holding the content of a known file that went missing in the same listing is that file, moved:
-  never read again. A file missing since an earlier listing and its bytes under a new name later is new input
-  (identical files are ordinary: the same heartbeat line every minute, the old ones deleted); under its own
-  name it is the file put back.
-- A new object byte-equal to a known file still present is held back for ``COPY_GRACE_S`` (10 s, and at least
-  one later listing): a move caught between its copy and its delete. If the known file is gone by then, it
-  was moved; if both are still there, it is a copy, and new input, as a copy is on disk. A known name written
-  again with another known file's bytes is held the same way (``mv b a`` over an existing ``a``); a rotation
-  (``a`` moved to ``a.1``, a new ``a``) is recognised when seen whole.
-- A task whose planned file was moved since finds it under its new name, by size and content (its ETag first).
-- Limit: a file deleted and the same bytes uploaded under another name between two listings count as that
-  file moved, and are not read again; give new input new content (a line with its time or id) if files can
-  repeat. A new object that begins with a deleted file's content
-  is new input (an object store cannot tell it from a rename and an append).
+- An object written again under its name with other content fails the query naming it (an object store
+  cannot append: a longer object is another object); written again byte-equal, it is the same file. A known
+  name that takes another known file's bytes while that file goes missing is a rotation (``mv a a.1``,
+  ``mv b a``); while that file is still there, it is held as above.
+- A listing that raced with a change (an object listed was gone when read) decides nothing for its region;
+  the next one does.
+- A task whose planned file was moved since finds it under its new name, by size and content (objects with
+  its ETag first), reading each object of its size in its region until one matches: costly only when a file
+  with unpublished records moved after its epoch was planned. A re-run of a recorded epoch skips files whose
+  records are all published (they may have been deleted).
+
+Limits: a region prefix moved (``aws s3 mv --recursive``) while the query runs is read again under its new
+name unless one listing sees it whole (then it is refused, as a renamed directory is); stop the query first. A
+file with records unpublished, deleted, and its bytes uploaded under another name within the grace count as
+that file moved.
 """
 
 from __future__ import annotations
@@ -87,6 +99,7 @@ class _Content:
 class _RegionListing:
     objects: dict[str, ObjectInfo] = field(default_factory=dict)  # visible name -> info, from the LIST
     read: dict[str, _Content] = field(default_factory=dict)  # names read this epoch (new, or written again)
+    vanished: bool = False  # an object listed was gone when read: the listing raced with a change
 
 
 class ObjectFiles(FilesInput):
@@ -161,7 +174,9 @@ class ObjectFiles(FilesInput):
         with ThreadPoolExecutor(min(FETCH_THREADS, len(wanted))) as pool:
             contents = list(pool.map(lambda rn: self._content(f"{rn[0]}/{rn[1]}"), wanted))
         for (region, name), content in zip(wanted, contents, strict=True):
-            if content is not None:  # None: deleted since the LIST; missing, as if not listed
+            if content is None:
+                listing[region].vanished = True
+            else:
                 listing[region].read[name] = content
 
     def _content(self, key: str) -> _Content | None:
@@ -182,6 +197,11 @@ class ObjectFiles(FilesInput):
     def _scan(self, region: str, listing: _RegionListing, known: RegionFiles,
               committed: Callable[[str], int]) -> RegionChange:
         change = RegionChange(known.end, known.next_seq)
+        if listing.vanished:
+            # An object listed was gone when read: moved or deleted while listed. What went where is not known
+            # from this listing (a file moved twice would look deleted): nothing changes until the next one.
+            self._held.update({k: v for k, v in self._held_before.items() if k[0] == region})
+            return change
         objects, read = listing.objects, listing.read
         live: set[int] = set()  # known files still under their names, with their content
         written_again: list[tuple[str, int]] = []
@@ -228,24 +248,36 @@ class ObjectFiles(FilesInput):
             raise file_changed(region, span, f"{span.size} bytes when first seen, {content.size} now"
                                if content.size != span.size else "same size, other content (written again)")
         missing = {seq: s for seq, s in known.files.items() if seq not in live}
-        live_content = {(known.files[seq].size, known.files[seq].digest) for seq in live}
+        done = committed(region)
         moved: set[int] = set()
+        unmatched = []
         for name in sorted([n for n in objects if n not in known.names] + reused):
             if name not in read:
                 continue  # deleted since the LIST: the next listing sees it, or not
             content = read[name]
-            # Moved here: its old name went missing in this very listing (a move seen whole, or its copy held back
-            # before). Put back: the same name. A file missing since an earlier listing is not matched under
-            # another name: that is new input with the same bytes (the same heartbeat line, say).
-            found = next((s for s in missing.values() if s.seq not in moved and (not s.gone or s.name == name)
+            # A file with records unpublished: moved here, if its old name went missing in this very listing (a
+            # move seen whole, or its copy held back before); put back, under its own name. A file whose records
+            # are all published is never matched: the same bytes again are new input (the same heartbeat line
+            # each minute, the processed ones deleted), as in Spark's file source.
+            found = next((s for s in missing.values() if s.seq not in moved and s.end > done
+                          and (not s.gone or s.name == name)
                           and (s.size, s.digest) == (content.size, content.digest)), None)
-            if found is not None:  # the same file, never read again
-                moved.add(found.seq)
-                change.put.append(replace(found, name=name, etag=content.etag, gone=False))
+            if found is None:
+                unmatched.append(name)
                 continue
-            if content.size and (content.size, content.digest) in live_content \
-                    and self._hold(region, name, content.etag, "holds the same bytes as a file already read"):
+            moved.add(found.seq)  # the same file, never read again
+            change.put.append(replace(found, name=name, etag=content.etag, gone=False))
+        present = {(known.files[seq].size, known.files[seq].digest) for seq in live | moved
+                   if known.files[seq].end > done}
+        for name in unmatched:
+            content = read[name]
+            key = (content.size, content.digest)
+            # The same bytes as a file present with records unpublished (known, or new in this listing): a move
+            # caught between its copy and its delete, maybe. Held, so that the delete is seen first.
+            if content.size and key in present and self._hold(region, name, content.etag,
+                                                              "holds the same bytes as another file"):
                 continue
+            present.add(key)
             change.add_file(name, content.lines, content.size, content.digest, etag=content.etag)
         self._missing_all(region, [s for seq, s in missing.items() if seq not in moved], change, committed)
         return change
@@ -253,8 +285,8 @@ class ObjectFiles(FilesInput):
     def _identity(self, span: FileSpan) -> tuple[Any, ...] | None:
         return (span.size, span.digest) if span.size else None  # empty files are all alike
 
-    def _locate(self, region: str, span: FileSpan) -> FileSpan | None:
-        if not span.gone:
+    def _locate(self, region: str, span: FileSpan, published: bool) -> FileSpan | None:
+        if not span.gone and not published:
             return span  # the last listing saw it (a HEAD per file per epoch would cost more than the LIST)
         info = self.storage.head(f"{region}/{span.name}")
         return span if info is not None and info.size == span.size else None  # put back since? the task checks
