@@ -93,44 +93,33 @@ def test_one_listing_per_epoch_for_every_region(bucket, tmp_path):
     assert lists == [("", True), ("", True)]
 
 
-def test_a_moved_file_is_the_same_file_and_a_copy_is_new_input_after_one_listing(bucket, tmp_path, monkeypatch):
-    monkeypatch.setattr(object_files, "COPY_GRACE_S", 0.0)  # held back for one listing only
+def test_a_move_seen_whole_is_the_same_file_and_the_same_bytes_elsewhere_are_new_input(bucket, tmp_path):
     path = f"{bucket}/in"
     storage = open_storage(parse_location("path", path))
+    ck = tmp_path / "ck"
     put(storage, "a/001.txt", ["x0", "x1"])
     put(storage, "a/002.txt", ["y0"])
-    s = source(path, tmp_path / "ck")
+    s = source(path, ck)
     assert s.available(0) == {"a": 3}
     split = s.split("a", 0, 3)
-    move(storage, "a/001.txt", "a/renamed.txt")
-    assert s.available(1) == {"a": 3}  # moved: not read again
+    move(storage, "a/001.txt", "a/renamed.txt")  # records unpublished, the move seen whole: the same file
+    assert s.available(1) == {"a": 3}
     assert read_all(s, "a", 0, 3) == [(0, "x0"), (1, "x1"), (2, "y0")]
     task = pickle.loads(pickle.dumps(s))  # a task planned before the move finds the file under its new name
     assert [r["value"] for b in task.read("a", 0, 2, split) for r in b.to_pylist()] == ["x0", "x1"]
 
-    # a move caught between its copy and its delete: held back, then recognised
-    storage.write("a/moving.txt", storage.read("a/002.txt") or b"")
-    assert s.available(2) == {"a": 3}
-    storage.delete("a/002.txt")
-    assert s.available(3) == {"a": 3}
-    assert read_all(s, "a", 2, 3) == [(2, "y0")]
-
-    # identical bytes later, under a new name, after the old file was seen gone: new input (a heartbeat)
-    commit(tmp_path / "ck", 3, {"a": 3})
-    storage.delete("a/moving.txt")
-    assert s.available(4) == {"a": 3}  # gone: marked
-    storage.write("a/heartbeat.txt", b"y0\n")
-    assert s.available(5) == {"a": 4}
+    copy(storage, "a/002.txt", "a/copy.txt")  # a copy: new input at once (a move caught mid-way is one too)
+    assert s.available(2) == {"a": 4}
     assert read_all(s, "a", 3, 4) == [(3, "y0")]
 
-    # a copy of a published file: new input at once (nothing of it is left to read: no move to wait for)
-    storage.write("a/copy.txt", storage.read("a/renamed.txt") or b"")
-    assert s.available(6) == {"a": 6}
-    assert read_all(s, "a", 4, 6) == [(4, "x0"), (5, "x1")]
-    # and so is a published file moved: Spark's rule (a move is a copy); move processed files out of path
-    commit(tmp_path / "ck", 6, {"a": 6})
-    move(storage, "a/copy.txt", "a/copy-moved.txt")
-    assert s.available(7) == {"a": 8}
+    commit(ck, 0, {"a": 4})
+    storage.delete("a/copy.txt")
+    put(storage, "a/heartbeat.txt", ["y0"])  # the same bytes as a published file deleted now: new input
+    assert s.available(3) == {"a": 5}
+    assert read_all(s, "a", 4, 5) == [(4, "y0")]
+    commit(ck, 1, {"a": 5})
+    move(storage, "a/renamed.txt", "a/renamed-again.txt")  # a published file moved: read again, as in Spark
+    assert s.available(4) == {"a": 7}
 
 
 def test_an_object_written_again_with_other_content_fails_naming_it_and_byte_equal_is_the_same(bucket, tmp_path):
@@ -208,43 +197,32 @@ def copy(storage: Storage, old: str, new: str) -> None:
     storage.write(new, storage.read(old) or b"")
 
 
-def test_a_copy_is_held_back_for_a_time_not_a_count_of_listings(bucket, tmp_path, monkeypatch):
-    """Spark may list twice within milliseconds (AvailableNow lists in prepareForTriggerAvailableNow and in
-    latestOffset): a move's copy must still be held when its delete lands."""
+def test_mv_over_a_known_name_caught_mid_way_is_held_for_a_time_not_a_count_of_listings(bucket, tmp_path,
+                                                                                        monkeypatch):
+    """Spark may list twice within milliseconds: ``mv B A`` over a known A, between its copy and its delete, is
+    still held when the delete lands; a copy that stays past the grace is a file written again."""
     monkeypatch.setattr(object_files, "COPY_GRACE_S", 1.0)
     path = f"{bucket}/in"
     storage = open_storage(parse_location("path", path))
-    put(storage, "a/A.txt", ["x0", "x1"])
+    put(storage, "a/A.txt", ["aaaa"])
+    put(storage, "a/B.txt", ["bbbb"])
     s = source(path, tmp_path / "ck")
     assert s.available(0) == {"a": 2}
-    copy(storage, "a/A.txt", "a/B.txt")  # `aws s3 mv A B` under way
+    commit(tmp_path / "ck", 0, {"a": 1})  # A's record published: A may be replaced
+    copy(storage, "a/B.txt", "a/A.txt")
     assert s.available(1) == {"a": 2}
     assert s.available(2) == {"a": 2}
-    storage.delete("a/A.txt")
+    storage.delete("a/B.txt")
     assert s.available(3) == {"a": 2}
-    assert [(sp.name, sp.first_offset) for sp in s.manifest()["a"].files.values()] == [("B.txt", 0)]
-    copy(storage, "a/B.txt", "a/C.txt")  # a copy that stays: new input once the grace has passed
-    assert s.available(4) == {"a": 2}
+    assert [(sp.name, sp.first_offset, sp.gone) for sp in s.manifest()["a"].files.values()] == [
+        ("A.txt", 0, True), ("A.txt", 1, False)]  # A's first bytes are gone; B's are at A
+    put(storage, "a/C.txt", ["cccc"])
+    assert s.available(4) == {"a": 3}
+    copy(storage, "a/C.txt", "a/A.txt")  # and this copy stays
+    assert s.available(5) == {"a": 3}
     time.sleep(1.1)
-    assert s.available(5) == {"a": 4}
-
-
-def test_a_hold_ends_with_its_listing_so_a_later_move_is_still_recognised(bucket, tmp_path, monkeypatch):
-    monkeypatch.setattr(object_files, "COPY_GRACE_S", 0.0)
-    path = f"{bucket}/in"
-    storage = open_storage(parse_location("path", path))
-    put(storage, "a/A.txt", ["x0", "x1"])
-    s = source(path, tmp_path / "ck")
-    assert s.available(0) == {"a": 2}
-    copy(storage, "a/A.txt", "a/C.txt")
-    assert s.available(1) == {"a": 2}  # held
-    storage.delete("a/C.txt")  # the copy went away again
-    assert s.available(2) == {"a": 2}
-    copy(storage, "a/A.txt", "a/C.txt")  # now `mv A C`, caught between its copy and its delete
-    assert s.available(3) == {"a": 2}
-    storage.delete("a/A.txt")
-    assert s.available(4) == {"a": 2}
-    assert read_all(s, "a", 0, 2) == [(0, "x0"), (1, "x1")]
+    with pytest.raises(RegionalConfigError, match=r"'A\.txt' of region 'a' changed"):
+        s.available(6)
 
 
 def test_moves_over_a_known_name(bucket, tmp_path, monkeypatch):
@@ -268,8 +246,8 @@ def test_moves_over_a_known_name(bucket, tmp_path, monkeypatch):
     put(storage, "a/C.txt", ["cccc"])
     assert s.available(3) == {"a": 3}
     copy(storage, "a/C.txt", "a/D.txt")
-    s.available(4)
-    assert s.available(5) == {"a": 4}  # D: a copy, new input
+    assert s.available(4) == {"a": 4}  # D: a copy, new input
+    assert s.available(5) == {"a": 4}
     commit(ck, 1, {"a": 2})  # B's record, at A: published (A may be replaced)
     copy(storage, "a/C.txt", "a/A.txt")  # `mv C A` seen whole, while D holds C's bytes too
     storage.delete("a/C.txt")
@@ -307,30 +285,16 @@ def test_a_task_finds_a_file_moved_after_the_plan(bucket, tmp_path):
     assert read_all(source(path, ck), "a", 0, 1) == [(0, f"{line}-000")]  # a restarted driver re-runs the plan
 
 
-def test_review_cases_moves_copies_heartbeats_and_a_racing_listing(bucket, tmp_path, monkeypatch):
-    """A move seen whole and a copy of it in one listing; a temporary upload moved to its name before it was ever
-    listed; a heartbeat (the same bytes) after the processed one was deleted; a published file put back under
-    its name; and a listing that raced with a second move (an object gone between the LIST and its GET)."""
-    monkeypatch.setattr(object_files, "COPY_GRACE_S", 0.0)
+def test_review_cases_heartbeats_a_published_file_put_back_and_a_racing_listing(bucket, tmp_path):
+    """A heartbeat (the same bytes) after the processed one was deleted; a published file put back under its
+    name; and a listing that raced with a second move (an object gone between the LIST and its GET)."""
     path = f"{bucket}/in"
     storage = open_storage(parse_location("path", path))
     ck = tmp_path / "ck"
-    put(storage, "a/A.txt", ["x0", "x1"])
+    put(storage, "a/C.txt", ["x0", "x1"])
+    put(storage, "a/final.txt", ["u0"])
     s = source(path, ck)
-    assert s.available(0) == {"a": 2}
-    move(storage, "a/A.txt", "a/B.txt")
-    copy(storage, "a/B.txt", "a/C.txt")  # the next `mv B C` under way, in the same listing
-    assert s.available(1) == {"a": 2}
-    storage.delete("a/B.txt")
-    assert s.available(2) == {"a": 2}
-
-    put(storage, "a/upload.tmp", ["u0"])  # `aws s3 mv upload.tmp final.txt`, never listed before
-    copy(storage, "a/upload.tmp", "a/final.txt")
-    assert s.available(3) == {"a": 3}
-    storage.delete("a/upload.tmp")
-    assert s.available(4) == {"a": 3}
-    assert read_all(s, "a", 0, 3) == [(0, "x0"), (1, "x1"), (2, "u0")]
-
+    assert s.available(0) == {"a": 3}
     commit(ck, 0, {"a": 3})
     put(storage, "a/hb-2.txt", ["x0", "x1"])  # the same bytes as C, which is published: new input at once
     storage.delete("a/C.txt")  # the cleanup of processed files, in the same listing
@@ -354,9 +318,10 @@ def test_review_cases_moves_copies_heartbeats_and_a_racing_listing(bucket, tmp_p
         return listed
 
     s.storage.list = list_then_move_again  # type: ignore[method-assign]
-    assert s.available(9) == {"a": 8}  # the listing raced: nothing decided
+    assert s.available(9) == {"a": 8}  # the listing raced, and was made again: D moved, to F
+    assert [sp.name for sp in s.manifest()["a"].files.values()][-1] == "F.txt"
     s.storage.list = real_list  # type: ignore[method-assign]
-    assert s.available(10) == {"a": 8}  # D moved, to F
+    assert s.available(10) == {"a": 8}
     assert read_all(s, "a", 7, 8) == [(7, "d0")]
 
 

@@ -218,6 +218,7 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
         self._log: SourceLog | None = None
         self._manifest: dict[str, RegionFiles] | None = None  # loaded on the driver's first call
         self._warned: set[tuple[str, str]] = set()
+        self._present: set[str] = set()  # the regions of the last listing
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -312,6 +313,9 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
         manifest = self.manifest()
         committed = self._committed()
         listing = self._list()
+        if listing is None:  # the storage changed while listed: nothing decided, the regions as last seen
+            return {r: manifest[r].end for r in sorted(self._present)}
+        self._present = set(listing)
         changes: dict[str, RegionChange] = {}
         for region, files in listing.items():
             change = self._scan(region, files, manifest.get(region) or RegionFiles(), committed)
@@ -334,8 +338,9 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
     # -- what each storage does ---------------------------------------------------------------------
 
     @abstractmethod
-    def _list(self) -> Mapping[str, Any]:
-        """On the driver: the regions present now, each with its visible files as ``_scan`` takes them."""
+    def _list(self) -> Mapping[str, Any] | None:
+        """On the driver: the regions present now, each with its visible files as ``_scan`` takes them; None
+        when the storage changed while it was listed (nothing is decided from such a listing)."""
 
     @abstractmethod
     def _scan(self, region: str, listing: Any, known: RegionFiles, committed: Callable[[str], int]) -> RegionChange:

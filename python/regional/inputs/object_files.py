@@ -19,38 +19,34 @@ parallel), to count its lines and take its SHA-256, as on a local disk, and once
 Identity
 --------
 An object has no inode, and an object store has no rename: ``aws s3 mv`` is a copy and a delete. A file is
-the same file when it has the same size and content (SHA-256); its ETag only says when to look again. Two rules
-follow, one for each kind of file:
+the same file when it has the same size and content (SHA-256); its ETag only says when to look again. A new
+name is new input, as in Spark's file source, with one exception:
 
-- **Records unpublished: a move is the same file.** A new name holding the bytes of a file with records still
-  unpublished that went missing in the same listing is that file, moved, never read twice. A new object
-  byte-equal to such a file still present (or to another new object of the same listing) is held back for
-  ``COPY_GRACE_S`` (10 s, and at least one later listing), in case it is a move caught between its copy and its
-  delete: if the other is gone by then, it was moved; if both are still there, it is a copy, and new input.
-  Under its own name, such a file deleted and put back is the same file.
-- **Records all published: the same bytes again are new input**, at once, as in Spark's file source: the same
-  heartbeat line every minute with the processed files deleted is never lost. So a published file *moved* to
-  another visible name of ``path`` is read again: move processed files out of ``path`` (or delete them), never
-  within it.
+- **A move seen whole, of a file with records unpublished, is the same file**: its name went missing in the
+  very listing in which its bytes appeared under a new name (its deletion would otherwise fail the query, and
+  its records be read twice). Under its own name, such a file deleted and put back is the same file.
+- Anything else with the same bytes is new input: a copy; a move caught between its copy and its delete (the
+  copy is read, and the original's records too if they were not yet); a published file moved; the same
+  heartbeat line every minute with the processed files deleted (never lost). So do not move files within
+  ``path``: move processed ones out of it, or delete them, and upload temporary files under hidden names.
 
 And as on disk:
 
 - Writers need no hidden name: an object appears whole when its PUT completes.
 - An object written again under its name with other content fails the query naming it (an object store
-  cannot append: a longer object is another object); written again byte-equal, it is the same file. A known
-  name that takes another known file's bytes while that file goes missing is a rotation (``mv a a.1``,
-  ``mv b a``); while that file is still there, it is held as above.
-- A listing that raced with a change (an object listed was gone when read) decides nothing for its region;
-  the next one does.
+  cannot append: a longer object is another object); written again byte-equal (even after a delete), it is
+  the same file: a name is one file, new input needs a new name. A known name that takes another known
+  file's bytes while that file goes missing is a rotation (``mv a a.1``, ``mv b a``); while that file is
+  still there, it is held for ``COPY_GRACE_S`` (a move under way) before it fails as written again.
+- A listing that raced with a change (an object gone between its LIST and its GET) is made again (up to
+  ``LIST_ATTEMPTS``), and if it keeps racing, nothing is decided until the next epoch.
 - A task whose planned file was moved since finds it under its new name, by size and content (objects with
   its ETag first), reading each object of its size in its region until one matches: costly only when a file
   with unpublished records moved after its epoch was planned. A re-run of a recorded epoch skips files whose
   records are all published (they may have been deleted).
 
 Limits: a region prefix moved (``aws s3 mv --recursive``) while the query runs is read again under its new
-name unless one listing sees it whole (then it is refused, as a renamed directory is); stop the query first. A
-file with records unpublished, deleted, and its bytes uploaded under another name within the grace count as
-that file moved.
+name unless one listing sees it whole (then it is refused, as a renamed directory is): stop the query first.
 """
 
 from __future__ import annotations
@@ -80,9 +76,11 @@ from regional.storage import ObjectInfo, Storage, open_storage
 log = logging.getLogger("regional")
 
 FETCH_THREADS = 16  # each new object is a GET: ask for many at once
-# A move is a copy and a delete: a byte-equal copy of a file still present waits this long (and for a later
-# listing) for the delete. Time, not a count of listings: Spark may list twice within milliseconds.
+# ``mv b a`` over a known ``a`` is a copy and a delete: ``a`` holding ``b``'s bytes while ``b`` is still there waits
+# this long (and for a later listing) for the delete, before it fails as a file written again. Time, not a
+# count of listings: Spark may list twice within milliseconds.
 COPY_GRACE_S = 10.0
+LIST_ATTEMPTS = 3  # listings that raced with a change (an object gone between LIST and GET) are made again
 
 
 @dataclass(frozen=True)
@@ -125,7 +123,19 @@ class ObjectFiles(FilesInput):
 
     # -- the driver ----------------------------------------------------------------------------------
 
-    def _list(self) -> dict[str, _RegionListing]:
+    def _list(self) -> dict[str, _RegionListing] | None:
+        for _attempt in range(LIST_ATTEMPTS):
+            listing = self._list_once()
+            if not any(files.vanished for files in listing.values()):
+                self._held_before, self._held = self._held, {}  # only what this listing holds again stays held
+                return listing
+        # Objects keep vanishing between the LIST and their GET: what moved where is not known (a file moved twice
+        # looks deleted, a region moved looks new). Nothing is decided until a listing holds still.
+        log.warning("regional: source=files: %s changed during each of %d listings; trying again next epoch",
+                    self.location, LIST_ATTEMPTS)
+        return None
+
+    def _list_once(self) -> dict[str, _RegionListing]:
         listing: dict[str, _RegionListing] = {}
         for info in self.storage.list("", recursive=True):
             region_name, slash, name = info.name.partition("/")
@@ -141,7 +151,6 @@ class ObjectFiles(FilesInput):
             if name and "/" not in name and not is_hidden(name):
                 files.objects[name] = replace(info, name=name)
         self._read_new(listing)
-        self._held_before, self._held = self._held, {}  # only what this listing holds again stays held
         return listing
 
     def _hold(self, region: str, name: str, etag: str, why: str) -> bool:
@@ -197,11 +206,6 @@ class ObjectFiles(FilesInput):
     def _scan(self, region: str, listing: _RegionListing, known: RegionFiles,
               committed: Callable[[str], int]) -> RegionChange:
         change = RegionChange(known.end, known.next_seq)
-        if listing.vanished:
-            # An object listed was gone when read: moved or deleted while listed. What went where is not known
-            # from this listing (a file moved twice would look deleted): nothing changes until the next one.
-            self._held.update({k: v for k, v in self._held_before.items() if k[0] == region})
-            return change
         objects, read = listing.objects, listing.read
         live: set[int] = set()  # known files still under their names, with their content
         written_again: list[tuple[str, int]] = []
@@ -250,35 +254,20 @@ class ObjectFiles(FilesInput):
         missing = {seq: s for seq, s in known.files.items() if seq not in live}
         done = committed(region)
         moved: set[int] = set()
-        unmatched = []
         for name in sorted([n for n in objects if n not in known.names] + reused):
-            if name not in read:
-                continue  # deleted since the LIST: the next listing sees it, or not
             content = read[name]
-            # A file with records unpublished: moved here, if its old name went missing in this very listing (a
-            # move seen whole, or its copy held back before); put back, under its own name. A file whose records
-            # are all published is never matched: the same bytes again are new input (the same heartbeat line
-            # each minute, the processed ones deleted), as in Spark's file source.
+            # A file with records unpublished whose name went missing in this very listing, and its bytes under a
+            # new name: moved (its deletion would otherwise fail the query, and its records be read twice). Under
+            # its own name: put back. Nothing else is matched: the same bytes again are new input, as in Spark's
+            # file source (the same heartbeat line each minute, the processed ones deleted, is never lost).
             found = next((s for s in missing.values() if s.seq not in moved and s.end > done
                           and (not s.gone or s.name == name)
                           and (s.size, s.digest) == (content.size, content.digest)), None)
-            if found is None:
-                unmatched.append(name)
-                continue
-            moved.add(found.seq)  # the same file, never read again
-            change.put.append(replace(found, name=name, etag=content.etag, gone=False))
-        present = {(known.files[seq].size, known.files[seq].digest) for seq in live | moved
-                   if known.files[seq].end > done}
-        for name in unmatched:
-            content = read[name]
-            key = (content.size, content.digest)
-            # The same bytes as a file present with records unpublished (known, or new in this listing): a move
-            # caught between its copy and its delete, maybe. Held, so that the delete is seen first.
-            if content.size and key in present and self._hold(region, name, content.etag,
-                                                              "holds the same bytes as another file"):
-                continue
-            present.add(key)
-            change.add_file(name, content.lines, content.size, content.digest, etag=content.etag)
+            if found is not None:
+                moved.add(found.seq)  # the same file, never read again
+                change.put.append(replace(found, name=name, etag=content.etag, gone=False))
+            else:
+                change.add_file(name, content.lines, content.size, content.digest, etag=content.etag)
         self._missing_all(region, [s for seq, s in missing.items() if seq not in moved], change, committed)
         return change
 
