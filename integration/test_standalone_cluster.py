@@ -75,10 +75,15 @@ def test_executors_killed_again_and_again_then_a_worker_lost_for_good(cluster, t
             cluster.add_worker(len(cluster.workers))
 
 
-def test_a_query_on_executors_that_cannot_see_the_drivers_disk(s3, tmp_path, tmp_path_factory):
+@pytest.mark.parametrize("lines, kill_after_epochs", [
+    (60, (2,)),
+    pytest.param(400, (2, 10, 20, 30), marks=pytest.mark.campaign),  # the long one: four executors killed
+])
+def test_a_query_on_executors_that_cannot_see_the_drivers_disk(s3, tmp_path, tmp_path_factory, lines,
+                                                              kill_after_epochs):
     """The workers run in mount namespaces of their own with an empty tmpfs over every directory this test and
     the driver write to: executors see only S3 and their own directories. Input files on S3 into a Delta table on
-    S3, the checkpoint on S3, an executor SIGKILLed mid-run: every record once, in order."""
+    S3, the checkpoint on S3, executors SIGKILLed mid-run: every record once, in order."""
     import uuid
 
     from regional.location import parse_location
@@ -91,19 +96,21 @@ def test_a_query_on_executors_that_cannot_see_the_drivers_disk(s3, tmp_path, tmp
                                 private_dirs=[tmp_path_factory.getbasetemp()]).start()
     bucket = s3.create_bucket(f"cluster-{uuid.uuid4().hex[:12]}")
     ck, out, inp = f"{bucket}/ck", f"{bucket}/out", f"{bucket}/in"
-    inputs = {f"r{i}": [f"r{i}-{n}" for n in range(60)] for i in range(4)}
+    inputs = {f"r{i}": [f"r{i}-{n}" for n in range(lines)] for i in range(4)}
+    half = lines // 2
     for region, values in inputs.items():  # two files per region
         for part in (0, 1):
             open_storage(parse_location("in", inp)).write(
-                f"{region}/{part:03d}.txt", "".join(v + "\n" for v in values[part * 30:(part + 1) * 30]).encode())
+                f"{region}/{part:03d}.txt", "".join(v + "\n" for v in values[part * half:(part + 1) * half]).encode())
     try:
         # The child fails unless an executor is shown not to see ``sentinel``, a file this test wrote.
         with child_driver(["integration.no_shared_disk_child", cluster.url, inp, ck, out, s3.endpoint,
                            str(sentinel)]) as child:
-            wait_for_child_epochs(child, ck, 2)
-            executors = cluster.executor_pids()
-            assert executors, "no executor is running"
-            cluster.kill_executor(executors[0])
+            for epochs in kill_after_epochs:
+                wait_for_child_epochs(child, ck, epochs)
+                executors = cluster.executor_pids()
+                assert executors, "no executor is running"
+                cluster.kill_executor(executors[0])
     finally:
         cluster.stop()
     check({r: [(o, v.upper()) for o, v in enumerate(values)] for r, values in inputs.items()},
