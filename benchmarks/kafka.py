@@ -28,12 +28,11 @@ from pathlib import Path
 import pyspark
 
 import regional
-from benchmarks.common import delta_rows
+from benchmarks.common import KAFKA_PACKAGE, delta_rows
 from benchmarks.sections import Run, markers, write_section
 from regional.testing.kafka_broker import KafkaBroker
 
 ROOT = Path(__file__).resolve().parent.parent
-KAFKA_PACKAGE = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
 BEGIN, END = markers("kafka")
 FAIL_PARTITION = 3
 
