@@ -38,6 +38,7 @@ OTHERS = {
     "dead_letters": (["--per-region", "5000"], ["--per-region", "20000"]),
     "s3": (["--rows-per-file", "10000", "--files-per-region", "2", "--repeats", "1"],
            ["--rows-per-file", "62500", "--files-per-region", "4", "--repeats", "3"]),
+    "latency": (["--seconds", "10", "--repeats", "1"], ["--seconds", "40", "--repeats", "3"]),
 }
 
 
