@@ -11,20 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyspark
+
 import regional
 from regional.testing.processes import descendants, process_table, rss_mb
-
-
-def pyspark_version() -> str:
-    import pyspark
-
-    return str(pyspark.__version__)
-
 
 REGIONS = [f"r{i:02d}" for i in range(16)]
 # Stock Spark's Kafka source, for the pyspark line installed. Its x.y.0 release: connectors of one Spark line
 # work across its patch releases, and spark-sql-kafka 4.2.1 is not on Maven Central (4.2.0 is).
-KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:{}.0".format(".".join(pyspark_version().split(".")[:2]))
+KAFKA_PACKAGE = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{'.'.join(pyspark.__version__.split('.')[:2])}.0"
 FAILING = "r00"
 
 

@@ -26,7 +26,7 @@ from benchmarks.common import LINE_PAD, REGIONS, spread, timed, write_input
 from benchmarks.sections import markers, write_section
 from regional.storage.config import STORAGE_CONF_ENV
 from regional.testing.faulty_proxy import FaultyProxy
-from regional.testing.s3_server import S3Server, hadoop_conf, spark_conf
+from regional.testing.s3_server import S3Server, hadoop_conf, spark_conf, upload_input
 
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = markers("s3")
@@ -80,13 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     size_mb = sum(f.stat().st_size for f in local_in.rglob("*.txt")) / 2**20
     inp = str(local_in)
     if args.input == "s3":  # uploaded once, before anything is measured
-        from regional.location import parse_location
-        from regional.storage import open_storage
-
         inp = f"{server.create_bucket('bench-input')}/in"
-        storage = open_storage(parse_location("in", inp))
-        for path in sorted(local_in.rglob("*.txt")):
-            storage.write(f"{path.parent.name}/{path.name}", path.read_bytes())
+        upload_input(local_in, inp)
 
     def start(pipeline: str, out: str, ck: str):
         return start_query(spark, pipeline, inp, out, ck, args.rows_per_file)

@@ -20,7 +20,7 @@ from regional.storage import object_store as object_store_backend
 from regional.store import Store
 from regional.store.model import EpochKind, EpochRecord, Intent
 from regional.store.store import _FENCE
-from regional.testing.s3_server import SECRET_KEY
+from regional.testing.s3_server import SECRET_KEY, upload_input
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -206,9 +206,7 @@ def test_everything_on_s3_a_failing_region_a_poison_record_and_a_sigkill(s3, tmp
     ck, out, dlq, inp = f"{bucket}/ck", f"{bucket}/tables/out", f"{bucket}/tables/dead-letters", f"{bucket}/in"
     marker, b_down = tmp_path / "reached", tmp_path / "b_down"
     inputs = add_epoch_of_files(tmp_path / "in", ["a", "b", "c"], "001", 10)
-    inputs_storage = open_storage(parse_location("in", inp))
-    for path in sorted((tmp_path / "in").rglob("*.txt")):
-        inputs_storage.write(f"{path.parent.name}/{path.name}", path.read_bytes())
+    upload_input(tmp_path / "in", inp)
     poison = ("c", 6)
     monkeypatch.setenv("REGIONAL_LEASE_TTL_S", "5")
     args = ["integration.s3_child", inp, out, ck, s3.endpoint, str(b_down), dlq, inputs["c"][6]]

@@ -93,20 +93,16 @@ DIGEST_CHARS = 32  # 128 bits of SHA-256: identity, not security
 
 
 def create(options: dict[str, str]) -> FilesInput:
-    location = parse_location("path", _path_option(options))
-    if location.is_local:
-        return LocalFiles(options)
-    from regional.inputs.object_files import ObjectFiles  # imports obstore: only where it is used
-
-    return ObjectFiles(location)
-
-
-def _path_option(options: Mapping[str, str]) -> str:
     path = options.get("path")
     if not path:
         raise RegionalConfigError("source=files needs the input directory: add .option('path', '/data/in') (or "
                                   "an s3a:// location)")
-    return path
+    location = parse_location("path", path)
+    if location.is_local:
+        return LocalFiles(location)
+    from regional.inputs.object_files import ObjectFiles  # imports obstore: only where it is used
+
+    return ObjectFiles(location)
 
 
 def batch_of(region: str, start: int, values: pa.Array) -> pa.RecordBatch:
@@ -389,8 +385,9 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
         old.pop(None, None)
         for region, change in sorted(new.items()):
             for span in change.put:
-                if self._identity(span) in old:
-                    was, name = old[self._identity(span)]
+                identity = self._identity(span)
+                if identity in old:
+                    was, name = old[identity]
                     raise RegionalConfigError(
                         f"source=files: region directory {region!r} under {self.location} holds {span.name!r}, "
                         f"the file {name!r} of region {was!r}, whose directory is gone: was {was!r} renamed to "
@@ -478,9 +475,9 @@ class LocalFiles(FilesInput):
     """The files source on a local (or mounted) file system: a file's identity is its inode, so a rename
     (``mv``) is recognised and a copy is new input."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
-        super().__init__(parse_location("path", _path_option(options)))
-        self.root = self.location.local_path()
+    def __init__(self, location: Location) -> None:
+        super().__init__(location)
+        self.root = location.local_path()
 
     def regions(self) -> list[str]:
         if not self.root.is_dir():

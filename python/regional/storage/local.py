@@ -106,7 +106,6 @@ class LocalStorage(Storage):
         path.parent.mkdir(parents=True, exist_ok=True)
         return _LocalWriter(path)
 
-
     # -- the fence: flock ---------------------------------------------------------------
 
     def try_fence(self, name: str, holder: dict[str, Any]) -> dict[str, Any] | None:

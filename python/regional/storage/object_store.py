@@ -88,21 +88,13 @@ class ObjectStorage(Storage):
         return RegionalStoreError(f"cannot {what} {self.describe(name)}: {first}")
 
     def read(self, name: str) -> bytes | None:
-        try:
-            return bytes(obstore.get(self.store, self.key(name)).bytes())
-        except FileNotFoundError:
-            return None
-        except Exception as exc:
-            raise self._fail("read", name, exc) from None
+        got = self._get(name)
+        return None if got is None else got[0]
 
     def _get(self, name: str) -> tuple[bytes, str] | None:
-        try:
-            result = obstore.get(self.store, self.key(name))
-            return bytes(result.bytes()), str(result.meta["e_tag"])
-        except FileNotFoundError:
-            return None
-        except Exception as exc:
-            raise self._fail("read", name, exc) from None
+        """The object's bytes and ETag, from one GET; None when it does not exist."""
+        got = self.read_stream(name)
+        return None if got is None else (b"".join(got[1]), got[0].etag)
 
     def head(self, name: str) -> ObjectInfo | None:
         try:

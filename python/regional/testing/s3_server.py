@@ -116,6 +116,16 @@ class S3Server:
         return spark_conf(self.endpoint)
 
 
+def upload_input(directory: Path, location: str) -> None:
+    """The files source's input in ``directory`` (``<region>/<file>.txt``) to ``location``, one PUT per file."""
+    from regional.location import parse_location
+    from regional.storage import open_storage
+
+    storage = open_storage(parse_location("in", location))
+    for path in sorted(directory.rglob("*.txt")):
+        storage.write(f"{path.parent.name}/{path.name}", path.read_bytes())
+
+
 def hadoop_conf(endpoint: str) -> dict[str, str]:
     """``fs.s3a.*`` for the server (or a proxy in front of it) at ``endpoint``."""
     return {
