@@ -311,8 +311,9 @@ def test_a_task_asks_librdkafka_for_no_more_records_than_its_range_holds(kafka, 
     batch waited out the timeout at the end of every range (the soak's 64-partition epochs took 20 s, not 6)."""
     import confluent_kafka
 
-    from regional.inputs.kafka import create, region_of
+    from regional.inputs.kafka import CONSUMERS, create, region_of
 
+    CONSUMERS.close()  # a pooled consumer of an earlier test would not count
     asked: list[int] = []
 
     class Counting(confluent_kafka.Consumer):
@@ -328,3 +329,35 @@ def test_a_task_asks_librdkafka_for_no_more_records_than_its_range_holds(kafka, 
     batches = list(source.read(region, 5, 25, source.split(region, 5, 25), batch_rows=10_000))
     assert [o for b in batches for o in b.column("offset").to_pylist()] == list(range(5, 25))
     assert asked and max(asked) <= 20, asked
+
+
+def test_a_pooled_consumer_reads_each_range_exactly_across_partitions_and_epochs(kafka):
+    """Tasks in one Python worker share one consumer, assigned per range: ranges of other partitions and of the
+    same partition again, back to back, read exactly their records; a read that does not end cleanly closes its
+    consumer instead of handing it to the next task."""
+    from regional.inputs.kafka import CONSUMERS, create, region_of
+
+    topic = new_topic(kafka, 3)
+    produce(kafka, topic, 3, 400, "p")
+    source = create({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic})
+    CONSUMERS.close()
+    created = CONSUMERS.created
+
+    def offsets(partition: int, start: int, end: int, rows: int = 10_000) -> list[int]:
+        region = region_of(topic, partition)
+        return [o for b in source.read(region, start, end, source.split(region, start, end), batch_rows=rows)
+                for o in b.column("offset").to_pylist()]
+
+    # the same partition in consecutive ranges (a prefetch beyond the first range's end must not leak into the
+    # second), other partitions in between, and a range starting below the previous one's
+    for partition, start, end in [(0, 0, 100), (0, 100, 250), (1, 50, 60), (2, 0, 400), (0, 250, 400),
+                                  (1, 0, 50), (1, 60, 400), (2, 10, 11)]:
+        assert offsets(partition, start, end) == list(range(start, end)), (partition, start, end)
+    assert CONSUMERS.created == created + 1, "every range should have reused the first consumer"
+
+    region = region_of(topic, 0)
+    reading = source.read(region, 0, 400, source.split(region, 0, 400), batch_rows=10)
+    next(reading)
+    reading.close()  # a task cancelled mid-range: its consumer is closed, not pooled
+    assert offsets(1, 0, 400) == list(range(400))
+    assert CONSUMERS.created == created + 2

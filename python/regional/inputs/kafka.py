@@ -20,10 +20,13 @@ a partition the options no longer select (the subscription changed) is no longer
 
 from __future__ import annotations
 
+import atexit
 import bisect
 import json
 import logging
+import os
 import re
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -447,13 +450,15 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput):
         """Offsets ``[start, end)`` of one partition, stopping exactly at ``end``. Gaps (transaction markers,
         aborted or compacted records) are skipped; the end of the partition's readable log also ends the read,
         so a marker at ``end - 1`` is never waited for."""
-        from confluent_kafka import Consumer, TopicPartition
         from confluent_kafka import KafkaError as RdKafkaError
+        from confluent_kafka import TopicPartition
 
         assert isinstance(split, PartitionSplit)
-        consumer = Consumer(self._conf(**{
+        conf = self._conf(**{
             "group.id": self.consumer_conf.get("group.id", "regional-reader"), "enable.auto.commit": False,
-            "enable.partition.eof": True, "auto.offset.reset": "error"}))
+            "enable.partition.eof": True, "auto.offset.reset": "error"})
+        consumer = CONSUMERS.take(conf)
+        finished = False
         try:
             consumer.assign([TopicPartition(split.topic, split.partition, start)])
             rows = _Rows(region, split, self.include_headers)
@@ -473,7 +478,8 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput):
                         if error is None:
                             continue
                         if error.code() == RdKafkaError._PARTITION_EOF:
-                            done = done or (m.offset() or 0) >= end  # an end-of-log marker with no offset ends nothing
+                            # an end-of-log marker with no offset, or of another partition, ends nothing
+                            done = done or ((m.offset() or 0) >= end and _of(m, split))
                         elif error.code() == RdKafkaError._AUTO_OFFSET_RESET or "out of range" in str(error).lower():
                             raise KafkaError(f"region {region!r}: offsets from {start} are no longer in the log "
                                              f"(deleted by retention?): {error}")
@@ -481,6 +487,15 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput):
                             raise KafkaError(f"region {region!r}: reading [{start}, {end}) failed: {error}")
                 if records:
                     offsets = [_offset_of(m, region) for m in records]
+                    expected = start if rows.next_offset is None else rows.next_offset
+                    if offsets[0] < expected or not _of(records[0], split):
+                        # Not this range's: left from a pooled consumer's earlier assignment (librdkafka drops
+                        # those itself; this guards against duplicates and other partitions' records). The
+                        # queue is in order, so a lot whose first record is this range's holds nothing older.
+                        kept = [(m, o) for m, o in zip(records, offsets, strict=True)
+                                if o >= expected and _of(m, split)]
+                        records, offsets = [m for m, _ in kept], [o for _, o in kept]
+                if records:
                     if offsets[-1] >= end - 1:  # the range ends in this lot: keep what is below end
                         cut = bisect.bisect_left(offsets, end)
                         records, offsets, done = records[:cut], offsets[:cut], True
@@ -491,8 +506,65 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput):
                     raise KafkaError(
                         f"region {region!r}: no record of [{start}, {end}) arrived for {self.poll_timeout_s:.0f} s "
                         f"(read up to {rows.next_offset}); is the broker up? kafkaConsumer.pollTimeoutMs sets the wait")
+            finished = True
         finally:
+            CONSUMERS.give_back(conf, consumer, reusable=finished)
+
+
+class ConsumerPool:
+    """librdkafka consumers kept in a Python worker across tasks and epochs (Spark reuses its Python workers, and
+    Spark's own Kafka source pools its consumers per executor the same way): a task assigns an idle consumer its
+    range instead of creating one, which costs a client's start, its bootstrap connection and a metadata request
+    (measured in benchmarks.kafka_partitions). A consumer serves one read at a time; one whose read did not end
+    cleanly (an error, a task cancelled) is closed, never reused. An idle consumer has no assignment, so it
+    fetches nothing. Keyed by the whole client configuration: a query whose options changed gets new ones.
+    ``REGIONAL_KAFKA_POOL=off`` in the workers' environment turns it off (a consumer per task, as before), for
+    benchmarks.kafka_partitions to measure what it saves."""
+
+    def __init__(self, idle_per_conf: int = 2) -> None:
+        self._idle: dict[str, list[Any]] = {}
+        self._lock = threading.Lock()
+        self._limit = 0 if os.environ.get("REGIONAL_KAFKA_POOL", "").lower() == "off" else idle_per_conf
+        self.created = 0  # consumers this process created (tests read it)
+
+    @staticmethod
+    def _key(conf: Mapping[str, Any]) -> str:
+        return repr(sorted((k, repr(v)) for k, v in conf.items()))
+
+    def take(self, conf: Mapping[str, Any]) -> Any:
+        with self._lock:
+            idle = self._idle.get(self._key(conf))
+            if idle:
+                return idle.pop()
+            self.created += 1
+        from confluent_kafka import Consumer
+
+        return Consumer(dict(conf))
+
+    def give_back(self, conf: Mapping[str, Any], consumer: Any, reusable: bool) -> None:
+        if reusable:
+            try:
+                consumer.unassign()  # nothing fetched while idle, and no prefetched records carried to the next range
+            except Exception:
+                reusable = False
+        if reusable:
+            with self._lock:
+                idle = self._idle.setdefault(self._key(conf), [])
+                if len(idle) < self._limit:
+                    idle.append(consumer)
+                    return
+        consumer.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle = [c for cs in self._idle.values() for c in cs]
+            self._idle.clear()
+        for consumer in idle:
             consumer.close()
+
+
+CONSUMERS = ConsumerPool()
+atexit.register(CONSUMERS.close)
 
 
 class _Rows:
@@ -592,6 +664,10 @@ def _parse_starting_offsets(text: str) -> str | dict[str, dict[int, int]]:
         raise RegionalConfigError(
             f"source=kafka: startingOffsets {text!r} is not 'earliest', 'latest' or JSON such as "
             f'{{"topicA": {{"0": 23, "1": -2}}}} ({exc})') from None
+
+
+def _of(message: Any, split: PartitionSplit) -> bool:
+    return bool(message.partition() == split.partition and message.topic() == split.topic)
 
 
 def _offset_of(message: Any, region: str) -> int:
