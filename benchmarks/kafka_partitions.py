@@ -3,7 +3,7 @@
     python -m benchmarks.kafka_partitions [--partitions 1000] [--active 10] [--bursts 12] [--records 2000000]
                                           [--repeats 3] [--out BENCHMARKS.md]
 
-Two scenarios, one broker (KRaft, loopback), one ``local[2,4]`` session:
+Three measures, one broker (KRaft, loopback), one ``local[2,4]`` session:
 
 - **Few partitions active.** A query reads a topic of ``--partitions`` partitions with the default trigger;
   a burst of 100 records goes to each of ``--active`` partitions picked at random, the next burst once the
@@ -12,6 +12,7 @@ Two scenarios, one broker (KRaft, loopback), one ``local[2,4]`` session:
   warm up. Regional and stock Spark's Kafka source into delta-spark, on both topics. The regional query runs
   a second time in a process of its own with its consumer pool off (``REGIONAL_KAFKA_POOL=off``: a new
   librdkafka consumer per task, as before the pool) to show what the pool saves.
+- **The floor.** The same with one record into one of 16 partitions: an epoch with almost nothing to do.
 - **Every partition active.** ``--records`` records of 200 bytes spread over all the partitions, read from
   earliest with Trigger.AvailableNow into a new Delta table; rows/s from ``start()`` to the end. Alternating,
   after a warm-up pair; min/median/max over ``--repeats``; peak memory.
@@ -69,9 +70,11 @@ def start(spark, pipeline: str, broker: KafkaBroker, topic: str, out: Path, ck: 
 
 
 def bursts(spark, pipeline: str, broker: KafkaBroker, partitions: int, args: argparse.Namespace,
-           work: Path) -> list[float]:
-    """The triggerExecution seconds of each counted epoch that carried records."""
-    topic = f"bursts-{pipeline}-{partitions}-{os.getpid()}"
+           work: Path, active: int | None = None, records: int = BURST_RECORDS) -> list[float]:
+    """The triggerExecution seconds of each counted epoch that carried records: bursts of ``records`` records
+    into each of ``active`` (default ``--active``) random partitions."""
+    active = args.active if active is None else active
+    topic = f"bursts-{pipeline}-{partitions}-{active}x{records}-{os.getpid()}"
     broker.create_topic(topic, partitions)
     out, ck = work / f"{topic}-out", work / f"{topic}-ck"
     query = start(spark, pipeline, broker, topic, out, ck, available_now=False)
@@ -83,11 +86,11 @@ def bursts(spark, pipeline: str, broker: KafkaBroker, partitions: int, args: arg
         for burst in range(WARM_BURSTS + args.bursts):
             if burst == WARM_BURSTS:
                 counted_from = len(query.recentProgress)
-            for p in rng.sample(range(partitions), args.active):
-                for i in range(BURST_RECORDS):
+            for p in rng.sample(range(partitions), active):
+                for i in range(records):
                     producer.produce(topic, value=f"{burst} {p} {i}".encode(), partition=p)
             assert producer.flush(30) == 0
-            sent += args.active * BURST_RECORDS
+            sent += active * records
 
             def landed(want: int = sent) -> bool:
                 if query.exception() is not None:
@@ -100,14 +103,16 @@ def bursts(spark, pipeline: str, broker: KafkaBroker, partitions: int, args: arg
     finally:
         query.stop()
     seconds = [p["durationMs"]["triggerExecution"] / 1000 for p in progress if p["numInputRows"] > 0]
-    print(f"{pipeline}, {partitions} partitions, {args.active} active: epochs {statistics.median(seconds):.2f} s "
-          f"(median of {len(seconds)})", flush=True)
+    print(f"{pipeline}, {partitions} partitions, {active} active x {records} records: epochs "
+          f"{statistics.median(seconds):.2f} s (median of {len(seconds)})", flush=True)
     return seconds
 
 
 def few_active(spark, broker: KafkaBroker, args: argparse.Namespace, work: Path,
                pipelines: tuple[str, ...]) -> dict[str, dict[int, list[float]]]:
+    """Epoch latencies by partition count; under key 0, the floor: one record into one of 16 partitions."""
     return {pipeline: {n: bursts(spark, pipeline, broker, n, args, work) for n in (16, args.partitions)}
+            | {0: bursts(spark, pipeline, broker, 16, args, work, active=1, records=1)}
             for pipeline in pipelines}
 
 
@@ -162,6 +167,8 @@ def render(args: argparse.Namespace, few: dict[str, dict[int, list[float]]], off
         f"{spread(few['stock'][16], '{:.2f}')} | {spread(few['regional'][16], '{:.2f}')} | | |",
         f"| epoch latency, {args.active} of {n:,} partitions active (s, min/median/max) | "
         f"{spread(few['stock'][n], '{:.2f}')} | {spread(few['regional'][n], '{:.2f}')} | | |",
+        f"| the floor: epoch latency with 1 record in 1 of 16 partitions (s, min/median/max) | "
+        f"{spread(few['stock'][0], '{:.2f}')} | {spread(few['regional'][0], '{:.2f}')} | | |",
         f"| {n:,} partitions vs 16, median epoch latency | {growth['stock']:.2f}x | {growth['regional']:.2f}x | "
         f"<= 1.5x | {'yes' if growth['regional'] <= 1.5 else 'no'} |",
         f"| all {n:,} partitions active, rows/s (min/median/max) | {spread(rates['stock'])} | "

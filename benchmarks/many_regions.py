@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from benchmarks.common import Footprint, Mode, Row, delta_rows
+from benchmarks.common import Footprint, Mode, Row, delta_rows, spread
 from regional.coordinator import commit_epoch
 from regional.protocol.decide import Outcome, TaskOutcome
 from regional.protocol.plan import plan_epoch
@@ -41,9 +41,10 @@ class NullTarget(Target):
         pass
 
 
-def driver_work(work: Path, regions: int, epochs: int = 6) -> dict[str, float]:
-    """Median seconds per epoch of plan, decide + record (a target that publishes nothing), and the same with
-    one Delta transaction publishing every region's staged file."""
+def driver_work(work: Path, regions: int, epochs: int = 11) -> dict[str, list[float]]:
+    """Seconds per epoch (after the first, which creates the store's files and the table) of plan, decide +
+    record (a target that publishes nothing), and the same with one Delta transaction publishing every region's
+    staged file."""
     names = [f"region-{i:05d}" for i in range(regions)]
     timings: dict[str, list[float]] = {"plan": [], "decide+record": [], "with Delta publish": []}
     batch = pa.record_batch({"value": pa.array(["x"] * 10)})
@@ -70,7 +71,11 @@ def driver_work(work: Path, regions: int, epochs: int = 6) -> dict[str, float]:
                     timings["decide+record"].append(done - staged)
                 else:
                     timings["with Delta publish"].append(done - staged)
-    return {k: statistics.median(v) for k, v in timings.items()}
+    timings["plan + decide + record"] = [a + b for a, b in zip(timings["plan"], timings["decide+record"],
+                                                                 strict=True)]
+    timings["plan + decide + record + Delta publish"] = [a + b for a, b in zip(
+        timings["plan"], timings["with Delta publish"], strict=True)]
+    return timings
 
 
 def store_sizes(work: Path, mode: Mode) -> list[tuple[int, int]]:
@@ -131,7 +136,8 @@ def run(spark, work: Path, mode: Mode) -> list[Row]:
     small, _ = epoch_latency(spark, work, 16)
     large, footprint = epoch_latency(spark, work, mode.known_regions)
     worst = max(mode.scale_regions)
-    driver_ms = driver[worst]["plan"] + driver[worst]["decide+record"]
+    med = {n: {k: statistics.median(v) for k, v in t.items()} for n, t in driver.items()}
+    driver_ms = med[worst]["plan + decide + record + Delta publish"]
     latency_ratio = large / small
     bounded = sizes[-1][1] <= sizes[0][1] * 1.2
     return [
@@ -139,11 +145,15 @@ def run(spark, work: Path, mode: Mode) -> list[Row]:
             "-", f"16 regions: {small:.2f}; {mode.known_regions:,} regions: {large:.2f}", f"{latency_ratio:.2f}x",
             "<= 1.5x that of 16 regions", "yes" if latency_ratio <= 1.5 else "no",
             [f"{mode.known_regions:,} regions: {footprint.describe()}"]),
-        Row(f"4b. the driver's work per epoch at {worst:,} regions", "plan + decide + record (ms)", "-",
-            f"{driver_ms * 1000:.0f}", "-", "<= 200 ms", "yes" if driver_ms <= 0.2 else "no",
-            ["ms per epoch by region count, plan / decide+record / decide+record with one Delta publish: "
-             + "; ".join(f"{n:,}: {t['plan'] * 1000:.0f} / {t['decide+record'] * 1000:.0f} / "
-                         f"{t['with Delta publish'] * 1000:.0f}" for n, t in driver.items()),
+        Row(f"4b. the driver's work per epoch at {worst:,} regions", "plan + decide + record + Delta publish (ms), "
+            "median", "-", f"{driver_ms * 1000:.0f}", "-", "<= 100 ms", "yes" if driver_ms <= 0.1 else "no",
+            ["ms per epoch by region count, medians of 10 epochs, plan / decide+record / decide+record with one "
+             "Delta publish: " + "; ".join(f"{n:,}: {t['plan'] * 1000:.0f} / {t['decide+record'] * 1000:.0f} / "
+                                          f"{t['with Delta publish'] * 1000:.0f}" for n, t in med.items()),
+             f"spread at {worst:,} regions, ms per epoch min/median/max over 10 epochs: plan + decide + record "
+             + spread([v * 1000 for v in driver[worst]['plan + decide + record']])
+             + "; with the Delta publish of every region's file "
+             + spread([v * 1000 for v in driver[worst]['plan + decide + record + Delta publish']]),
              "store size with retainEpochs=100 after " + ", ".join(f"{e} epochs: {s / 1024:.0f} KiB"
                                                                   for e, s in sizes)
              + (" (bounded)" if bounded else " (GROWING)")]),

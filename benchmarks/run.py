@@ -34,11 +34,12 @@ from benchmarks.sections import markers  # noqa: E402
 # The modules with a section of their own, and their arguments in each mode.
 OTHERS = {
     "kafka": (["--records", "200000", "--repeats", "1"], ["--records", "2000000", "--repeats", "2"]),
-    "postgres": (["--rows", "100000", "--repeats", "1"], ["--rows", "1000000", "--repeats", "2"]),
+    "postgres": (["--rows", "100000", "--repeats", "1"], ["--rows", "4000000", "--repeats", "3"]),
     "dead_letters": (["--per-region", "5000"], ["--per-region", "20000"]),
     "s3": (["--rows-per-file", "10000", "--files-per-region", "2", "--repeats", "1"],
            ["--rows-per-file", "62500", "--files-per-region", "4", "--repeats", "3"]),
     "latency": (["--seconds", "10", "--repeats", "1"], ["--seconds", "40", "--repeats", "3"]),
+    "kafka_partitions": (["--partitions", "100", "--bursts", "3", "--records", "20000", "--repeats", "1"], []),
 }
 
 

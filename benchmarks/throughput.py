@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,6 +19,7 @@ from benchmarks.common import (
     Footprint,
     Mode,
     Row,
+    cpu_by_process,
     delta_rows,
     regional_query,
     spread,
@@ -49,20 +51,32 @@ def run(spark, work: Path, mode: Mode) -> list[Row]:
     files_per_batch = len(REGIONS)
     times: dict[str, list[float]] = {"regional": [], "stock": [], "pyarrow": []}
     footprints: dict[str, Footprint] = {}
+    cpu: dict[str, list[dict[str, float]]] = {"regional": [], "stock": [], "pyarrow": []}  # CPU s by process
+
+    def measured(name: str, run: Callable[[], float]) -> float:
+        footprints[name] = Footprint()
+        before, process = cpu_by_process(), time.process_time()
+        seconds = run()
+        after, process = cpu_by_process(), time.process_time() - process
+        footprints[name].stop()
+        cpu[name].append({k: v - before[k] for k, v in after.items()} if name != "pyarrow" else {"Python": process})
+        return seconds
+
     for i in range(mode.repeats + 1):  # run 0 warms the JVM and the Python workers up; it is not counted
         d = work / f"s1-{i}"
-        footprints["stock"] = Footprint()
-        stock = timed(lambda d=d: stock_query(spark, inp, d / "stock", d / "stock-ck", files_per_batch))
-        footprints["stock"].stop()
-        footprints["regional"] = Footprint()
-        reg = timed(lambda d=d: regional_query(spark, inp, d / "reg", d / "reg-ck", per_epoch))
-        footprints["regional"].stop()
+        stock = measured("stock", lambda d=d: timed(
+            lambda: stock_query(spark, inp, d / "stock", d / "stock-ck", files_per_batch)))
+        reg = measured("regional", lambda d=d: timed(
+            lambda: regional_query(spark, inp, d / "reg", d / "reg-ck", per_epoch)))
         counts = (rows, delta_rows(d / "reg"), delta_rows(d / "stock"))
         assert len(set(counts)) == 1, f"input, regional, stock rows differ: {counts}"
         if i:
             times["stock"].append(stock)
             times["regional"].append(reg)
-            times["pyarrow"].append(pyarrow_reference(inp, d / "pyarrow"))
+            times["pyarrow"].append(measured("pyarrow", lambda d=d: pyarrow_reference(inp, d / "pyarrow")))
+        else:
+            cpu["stock"].clear()
+            cpu["regional"].clear()
     rate = {k: [rows / t for t in v] for k, v in times.items()}
     med = {k: statistics.median(v) for k, v in rate.items()}
     ratio = med["regional"] / med["stock"]
@@ -74,4 +88,13 @@ def run(spark, work: Path, mode: Mode) -> list[Row]:
                  f"{epochs} epochs (batches) of {files_per_batch} files each; the first pair of runs warms up and is "
                  "not counted",
                  f"memory during the last runs: regional {footprints['regional'].describe()}; stock "
-                 f"{footprints['stock'].describe()}"])]
+                 f"{footprints['stock'].describe()}",
+                 "CPU seconds per million rows (median over the counted runs, from /proc): "
+                 + "; ".join(f"{name}: {cpu_text(runs, rows)}" for name, runs in cpu.items())
+                 + " (pyarrow alone is one thread; Spark has 2 cores)"])]
+
+
+def cpu_text(runs: list[dict[str, float]], rows: int) -> str:
+    per_million = {k: statistics.median(r[k] for r in runs) / rows * 1e6 for k in runs[0]}
+    return ", ".join(f"{k} {v:.2f}" for k, v in per_million.items() if v >= 0.005) + \
+        f" (total {sum(per_million.values()):.2f})"

@@ -361,3 +361,33 @@ def test_a_pooled_consumer_reads_each_range_exactly_across_partitions_and_epochs
     reading.close()  # a task cancelled mid-range: its consumer is closed, not pooled
     assert offsets(1, 0, 400) == list(range(400))
     assert CONSUMERS.created == created + 2
+
+
+def test_a_pooled_consumer_with_stale_metadata_is_replaced_within_the_read(kafka):
+    """A topic deleted and created again after broker restarts: a pooled consumer keeps the old topic's leader
+    epoch and ignores the new topic's metadata (librdkafka), so it read nothing until the task's poll timeout
+    failed it (found by a review). A silent pooled consumer is replaced once, mid-read, from the next offset."""
+    from regional.inputs.kafka import CONSUMERS, create, region_of
+
+    topic = new_topic(kafka, 1)
+    produce(kafka, topic, 1, 30, "old")
+    source = create({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic,
+                     "kafkaConsumer.pollTimeoutMs": "15000"})
+    region = region_of(topic, 0)
+
+    def values(start: int, end: int) -> list[str]:
+        return [v.decode() for b in source.read(region, start, end, source.split(region, start, end))
+                for v in b.column("value").to_pylist()]
+
+    CONSUMERS.close()
+    assert values(0, 5) == [f"old-0-{i}" for i in range(5)]
+    for start in (5, 10):  # each restart raises the partition's leader epoch
+        kafka.restart()
+        assert values(start, start + 5) == [f"old-0-{i}" for i in range(start, start + 5)]
+    kafka.delete_topic(topic)
+    time.sleep(3)
+    kafka.create_topic(topic, 1)
+    produce(kafka, topic, 1, 10, "new")
+    created = CONSUMERS.created
+    assert values(0, 5) == [f"new-0-{i}" for i in range(5)]
+    assert CONSUMERS.created == created + 1  # the pooled one was replaced

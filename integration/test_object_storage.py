@@ -46,6 +46,9 @@ def test_the_storage_contract(storage: Storage):
     assert [i.size for i in storage.list("a")] == [3]
     assert storage.list("nothing-here") == []
     assert storage.child("a").read("b/two") == b"2"
+    heads = storage.heads(["top", "a/one", "absent", "a/absent"])  # one by one, or at once: the same answers
+    assert {n: i and (i.name, i.size) for n, i in heads.items()} == {
+        "top": ("top", 1), "a/one": ("a/one", 3), "absent": None, "a/absent": None}
 
     # create: of many concurrent creators, exactly one wins, and the object holds its bytes
     results: dict[int, bool] = {}

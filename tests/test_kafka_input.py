@@ -132,3 +132,43 @@ def test_the_kafka_input_pickles_without_its_store(tmp_path):
     source.use_store(Store(tmp_path / "ck"))
     copy = pickle.loads(pickle.dumps(source))
     assert copy._store is None and copy._ids_log is None
+
+
+def test_the_consumer_pool_keeps_a_few_idle_consumers_by_configuration(monkeypatch):
+    """Idle consumers are kept per configuration (the logger aside), at most ``limit`` in all, the least recently
+    used closed first; a consumer whose read failed is closed; REGIONAL_KAFKA_POOL=off keeps none."""
+    import logging
+
+    from regional.inputs.kafka import ConsumerPool
+
+    def conf(client: str, level: int = logging.CRITICAL) -> dict:
+        logger = logging.getLogger(f"regional.test.pool.{level}")
+        logger.setLevel(level)
+        return {"bootstrap.servers": "127.0.0.1:1", "group.id": "g", "client.id": client, "logger": logger}
+
+    pool = ConsumerPool(limit=2)
+    a, reused = pool.take(conf("a"))
+    assert not reused
+    pool.give_back(conf("a"), a, reusable=True)
+    again, reused = pool.take(conf("a", logging.DEBUG))  # another logger level: the same configuration
+    assert again is a and reused
+    pool.give_back(conf("a"), a, reusable=True)
+    b, _ = pool.take(conf("b"))
+    c, _ = pool.take(conf("c"))
+    pool.give_back(conf("b"), b, reusable=True)
+    pool.give_back(conf("c"), c, reusable=True)  # three idle: a, the least recently used, is closed
+    with pytest.raises(RuntimeError):
+        a.assign([])
+    assert pool.take(conf("b")) == (b, True) and pool.take(conf("c")) == (c, True)
+    pool.give_back(conf("b"), b, reusable=False)  # its read failed: closed, not kept
+    with pytest.raises(RuntimeError):
+        b.assign([])
+    assert pool.take(conf("b"))[1] is False
+    pool.close()
+
+    for value in ("off", "false", "0"):
+        monkeypatch.setenv("REGIONAL_KAFKA_POOL", value)
+        off = ConsumerPool()
+        d, _ = off.take(conf("d"))
+        off.give_back(conf("d"), d, reusable=True)
+        assert off.take(conf("d"))[1] is False

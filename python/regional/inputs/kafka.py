@@ -70,6 +70,8 @@ REFUSED = {
     "kafka.interceptor.classes": "nothing (Java consumer interceptors do not exist here)",
 }
 INTERNAL_TOPIC = re.compile(r"^__")
+FETCH_WAIT_MS = "10"  # fetch.wait.max.ms of the tasks' consumers, unless kafka.fetch.wait.max.ms says otherwise
+STALE_CONSUMER_S = 5.0  # a pooled consumer silent this long within a read is replaced by a new one, once
 
 
 class KafkaError(RegionalError):
@@ -456,13 +458,17 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput):
         assert isinstance(split, PartitionSplit)
         conf = self._conf(**{
             "group.id": self.consumer_conf.get("group.id", "regional-reader"), "enable.auto.commit": False,
-            "enable.partition.eof": True, "auto.offset.reset": "error"})
-        consumer = CONSUMERS.take(conf)
+            "enable.partition.eof": True, "auto.offset.reset": "error",
+            # A consumer that reached the log's end has a fetch waiting at the broker for this long, and a pooled
+            # consumer's next range waited for it (500 ms by default; measured). A task reads records that exist.
+            "fetch.wait.max.ms": self.consumer_conf.get("fetch.wait.max.ms", FETCH_WAIT_MS)})
+        consumer, reused = CONSUMERS.take(conf)
         finished = False
         try:
             consumer.assign([TopicPartition(split.topic, split.partition, start)])
             rows = _Rows(region, split, self.include_headers)
             deadline = time.monotonic() + self.poll_timeout_s
+            silent_since: float | None = None
             done = start >= end
             while not done:
                 # librdkafka's consume() returns when it has num_messages or at the timeout: ask for no more than
@@ -471,6 +477,19 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput):
                 messages = consumer.consume(num_messages=max(min(batch_rows - len(rows), left), 1), timeout=0.2)
                 if messages:
                     deadline = time.monotonic() + self.poll_timeout_s
+                    silent_since = None
+                elif reused:
+                    silent_since = silent_since or time.monotonic()
+                    if time.monotonic() - silent_since > STALE_CONSUMER_S:
+                        # A pooled client may hold stale metadata (a topic deleted and created again after broker
+                        # restarts: librdkafka ignores the new topic's lower leader epoch; measured). Go on from
+                        # the next offset with a new consumer, once.
+                        stale, consumer = consumer, None
+                        stale.close()
+                        consumer, reused = CONSUMERS.take(conf, fresh=True)
+                        consumer.assign([TopicPartition(split.topic, split.partition,
+                                                        start if rows.next_offset is None else rows.next_offset)])
+                        continue
                 records = [m for m in messages if m.error() is None]
                 if len(records) != len(messages):  # errors, or the end of the readable log
                     for m in messages:
@@ -514,52 +533,60 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput):
 class ConsumerPool:
     """librdkafka consumers kept in a Python worker across tasks and epochs (Spark reuses its Python workers, and
     Spark's own Kafka source pools its consumers per executor the same way): a task assigns an idle consumer its
-    range instead of creating one, which costs a client's start, its bootstrap connection and a metadata request
-    (measured in benchmarks.kafka_partitions). A consumer serves one read at a time; one whose read did not end
-    cleanly (an error, a task cancelled) is closed, never reused. An idle consumer has no assignment, so it
-    fetches nothing. Keyed by the whole client configuration: a query whose options changed gets new ones.
-    ``REGIONAL_KAFKA_POOL=off`` in the workers' environment turns it off (a consumer per task, as before), for
-    benchmarks.kafka_partitions to measure what it saves."""
+    range instead of creating one, which costs a client's start, its bootstrap connection and a metadata request.
+    A consumer serves one read at a time; one whose read did not end cleanly (an error, a task cancelled) is
+    closed, never reused. An idle consumer has no assignment, so it fetches nothing. Keyed by the client
+    configuration: a query whose options changed gets new ones; at most ``limit`` idle consumers in all (the
+    least recently used go first). ``REGIONAL_KAFKA_POOL=off`` in the workers' environment turns it off (a
+    consumer per task, as before), for benchmarks.kafka_partitions to measure what it saves."""
 
-    def __init__(self, idle_per_conf: int = 2) -> None:
-        self._idle: dict[str, list[Any]] = {}
+    def __init__(self, limit: int = 4) -> None:
+        self._idle: list[tuple[str, Any]] = []  # (key, consumer), least recently used first
         self._lock = threading.Lock()
-        self._limit = 0 if os.environ.get("REGIONAL_KAFKA_POOL", "").lower() == "off" else idle_per_conf
+        off = os.environ.get("REGIONAL_KAFKA_POOL", "").strip().lower() in ("off", "false", "0", "no")
+        self._limit = 0 if off else limit
         self.created = 0  # consumers this process created (tests read it)
 
     @staticmethod
     def _key(conf: Mapping[str, Any]) -> str:
-        return repr(sorted((k, repr(v)) for k, v in conf.items()))
+        return repr(sorted((k, repr(v)) for k, v in conf.items() if k != "logger"))
 
-    def take(self, conf: Mapping[str, Any]) -> Any:
+    def take(self, conf: Mapping[str, Any], fresh: bool = False) -> tuple[Any, bool]:
+        """A consumer for ``conf``, and whether it served an earlier read."""
+        key = self._key(conf)
         with self._lock:
-            idle = self._idle.get(self._key(conf))
-            if idle:
-                return idle.pop()
+            if not fresh:
+                for i in range(len(self._idle) - 1, -1, -1):
+                    if self._idle[i][0] == key:
+                        return self._idle.pop(i)[1], True
             self.created += 1
         from confluent_kafka import Consumer
 
-        return Consumer(dict(conf))
+        return Consumer(dict(conf)), False
 
     def give_back(self, conf: Mapping[str, Any], consumer: Any, reusable: bool) -> None:
+        if consumer is None:  # closed already (replaced mid-read, and its successor never came)
+            return
         if reusable:
             try:
                 consumer.unassign()  # nothing fetched while idle, and no prefetched records carried to the next range
             except Exception:
                 reusable = False
-        if reusable:
+        evicted = []
+        if reusable and self._limit:
             with self._lock:
-                idle = self._idle.setdefault(self._key(conf), [])
-                if len(idle) < self._limit:
-                    idle.append(consumer)
-                    return
-        consumer.close()
+                self._idle.append((self._key(conf), consumer))
+                while len(self._idle) > self._limit:
+                    evicted.append(self._idle.pop(0)[1])
+        else:
+            evicted.append(consumer)
+        for old in evicted:
+            old.close()
 
     def close(self) -> None:
         with self._lock:
-            idle = [c for cs in self._idle.values() for c in cs]
-            self._idle.clear()
-        for consumer in idle:
+            idle, self._idle = self._idle, []
+        for _key, consumer in idle:
             consumer.close()
 
 

@@ -86,13 +86,20 @@ class PostgresServer:
                               check=False)
             self.started = False
 
+    @property
+    def postmaster_pid(self) -> int | None:
+        try:
+            return int((self.data / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
     def kill(self) -> None:
         """SIGKILL the postmaster (its children exit when they notice); the data directory stays."""
         pid_file = self.data / "postmaster.pid"
-        if self.started and pid_file.exists():
+        if self.started and (pid := self.postmaster_pid) is not None:
             try:
-                os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
                 pass
             deadline = time.monotonic() + 10
             while pid_file.exists() and time.monotonic() < deadline:
