@@ -45,5 +45,5 @@ class FailsAfterWork(DeltaTarget):
         staged = super().prepare(epoch, region, chain_first(first, batches))
         self.abort(epoch, {region: staged})
         with open(Path(self.options["faultdir"]) / "wasted-rows", "a") as f:
-            f.write(f"{staged['rows']}\n")
+            f.write(f"{sum(int(file['rows']) for file in staged['files'])}\n")  # a handle lists its files
         raise TimeoutError(f"region {region} epoch {epoch}: target timed out after the write (benchmark fault)")

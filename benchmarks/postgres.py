@@ -171,17 +171,16 @@ def render(args: argparse.Namespace, runs: list[Measured], memory: dict[str, str
 
 WHERE_MEASURED = "measured 2026-11-25, 1,000,000 rows, timers in target=postgres's prepare (not committed)"
 WHERE = (
-    "the PostgreSQL target is not the gap. Over the 16 tasks of one run its sink spent 1.8 s waiting for the next "
-    "batch from Spark, 0.36 s in COPY writes, 0.06 s encoding CSV and 0.04 s in PREPARE; the server's CPU is "
-    "the same for both pipelines (COPY parses no more than batched INSERTs cost). Binary COPY or a second thread "
-    "would shave the 0.4 s the target has, not the rest, and larger Arrow batches (50,000 rows on both sides) "
-    "changed nothing. The rest is the path every regional query pays: the Python source's Arrow batches "
-    "converted to rows in the JVM and back to Arrow for the Python sink (the JVM's CPU per row above stock's, "
-    "with Python workers' on top), and a start-up of about 0.8 s before the first batch, most of it pyspark's "
-    "streaming source runner, a new Python process per query that imports pyspark from `pyspark.zip` "
-    "(py-spy: 0.5 s compiling modules zipimport cannot cache, 0.2 s re-reading the zip's index in "
-    "`invalidate_caches`). Into Delta the same path beats stock because delta-spark's own parquet writing costs "
-    "more; against batched JDBC INSERTs it does not.")
+    "the PostgreSQL target is not the gap: over the 16 tasks of a run its sink spent 1.8 s waiting for the next "
+    "batch from Spark, 0.36 s in COPY writes, 0.06 s encoding CSV and 0.04 s in PREPARE. Binary COPY or a second "
+    "thread would shave the 0.4 s the target has, not the rest; larger Arrow batches (50,000 rows on both sides) "
+    "changed nothing. The gap is (1) the start-up before the first batch (the row above), most of it pyspark's "
+    "streaming source runner, a new Python process per query that imports pyspark from `pyspark.zip` (py-spy: "
+    "0.5 s compiling modules zipimport cannot cache, 0.2 s re-reading the zip's index in `invalidate_caches`); "
+    "and (2) the Python workers' CPU (the CPU line: reading the files, Arrow into the JVM and out to the sink, "
+    "CSV) on top of a JVM whose CPU per row is about stock's. Into Delta the same path beats stock because "
+    "delta-spark's own parquet writing costs more than regional's Python workers; against batched JDBC INSERTs "
+    "it does not.")
 
 
 def main(argv: list[str] | None = None) -> int:
