@@ -16,6 +16,7 @@ import argparse
 import datetime
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(ROOT), help="where BENCHMARKS.md and the PNG go")
     args = parser.parse_args(argv)
     mode = QUICK if args.quick else FULL
-    command = " ".join(["python -m benchmarks.run", *(argv if argv is not None else sys.argv[1:])])
+    command = " ".join(["python -m benchmarks.run", *map(shlex.quote, argv if argv is not None else sys.argv[1:])])
     out = Path(args.out)
     began = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="regional-bench-"))
