@@ -14,7 +14,7 @@ from pathlib import Path
 import pyspark
 
 import regional
-from regional.testing.processes import descendants, process_table, rss_mb
+from regional.testing.processes import Process, descendants, process_table, rss_mb
 
 REGIONS = [f"r{i:02d}" for i in range(16)]
 # Stock Spark's Kafka source, for the pyspark line installed. Its x.y.0 release: connectors of one Spark line
@@ -195,6 +195,13 @@ def wait_until(condition: Callable[[], bool], timeout: float) -> None:
         time.sleep(0.1)
 
 
+def spark_processes(table: dict[int, Process]) -> tuple[list[int], list[int]]:
+    """The pids of this driver's JVM and of the Python processes below it (Spark's Python workers)."""
+    me = os.getpid()
+    jvms = [p.pid for p in table.values() if p.ppid == me and p.name == "java"]
+    return jvms, [p.pid for jvm in jvms for p in descendants(table, jvm) if p.name.startswith("python")]
+
+
 class Footprint(Periodic):
     """Peak resident memory of the driver (this Python process and its JVM) and of the Python workers
     (processes below the JVM), sampled from /proc every ``interval`` seconds on a thread."""
@@ -207,11 +214,8 @@ class Footprint(Periodic):
         self._thread.start()
 
     def sample(self) -> None:
-        table = process_table()
-        me = os.getpid()
-        jvms = [p.pid for p in table.values() if p.ppid == me and p.name == "java"]
-        driver = rss_mb(me) + sum(rss_mb(p) for p in jvms)
-        workers = [p.pid for jvm in jvms for p in descendants(table, jvm) if p.name.startswith("python")]
+        jvms, workers = spark_processes(process_table())
+        driver = rss_mb(os.getpid()) + sum(rss_mb(p) for p in jvms)
         self.driver_mb = max(self.driver_mb, driver)
         self.worker_mb = max([self.worker_mb, *(rss_mb(p) for p in workers)])
         self.workers = max(self.workers, len(workers))
@@ -239,15 +243,23 @@ def cpu_by_process(server_pid: int | None = None) -> dict[str, float]:
     waited for) and, given its main pid, a server's processes: subtract two of these around a run. A process
     that ends between the two and that no live parent has waited for is missed (a small undercount)."""
     table = process_table()
-    me = os.getpid()
-    jvms = [p.pid for p in table.values() if p.ppid == me and p.name == "java"]
-    workers = [p.pid for jvm in jvms for p in descendants(table, jvm) if p.name.startswith("python")]
-    found = {"driver (Python)": cpu_seconds(me, reaped=False), "JVM": sum(cpu_seconds(j, reaped=False) for j in jvms),
+    jvms, workers = spark_processes(table)
+    found = {"driver (Python)": cpu_seconds(os.getpid(), reaped=False),
+             "JVM": sum(cpu_seconds(j, reaped=False) for j in jvms),
              "Python workers": sum(cpu_seconds(w) for w in workers)}
     if server_pid is not None:
         found["server"] = cpu_seconds(server_pid) + sum(cpu_seconds(c.pid, reaped=False)
                                                         for c in descendants(table, server_pid))
     return found
+
+
+def cpu_per_million(runs: list[dict[str, float]], rows: int) -> str:
+    """CPU seconds per million rows by process group, the median over ``runs`` (each ``cpu_by_process``
+    differences of one run of ``rows`` rows), and their total."""
+    groups = sorted({k for r in runs for k in r})
+    per_million = {g: statistics.median(r.get(g, 0.0) for r in runs) / rows * 1e6 for g in groups}
+    return (", ".join(f"{g} {v:.2f}" for g, v in per_million.items() if v >= 0.005)
+            + f" (total {sum(per_million.values()):.2f})")
 
 
 def environment(command: str, mode: Mode, elapsed: float) -> list[str]:

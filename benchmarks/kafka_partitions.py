@@ -38,6 +38,7 @@ from typing import Any
 import regional
 from benchmarks.common import KAFKA_PACKAGE, Footprint, delta_rows, spread, wait_until
 from benchmarks.kafka import produce as produce_spread
+from benchmarks.latency import start
 from benchmarks.sections import markers, write_section
 from regional.testing.kafka_broker import KafkaBroker
 
@@ -51,22 +52,6 @@ BURST_RECORDS = 100  # per active partition
 def session():
     return regional.local_spark("local[2,4]", "regional-bench-kafka-partitions", {
         "spark.jars.packages": KAFKA_PACKAGE, "spark.sql.shuffle.partitions": "2", "spark.driver.memory": "4g"})
-
-
-def start(spark, pipeline: str, broker: KafkaBroker, topic: str, out: Path, ck: Path, available_now: bool):
-    if pipeline == "stock":
-        df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
-              .option("subscribe", topic).option("startingOffsets", "earliest").load())
-        writer = (df.selectExpr("CAST(value AS STRING) AS value").writeStream.format("delta")
-                  .option("checkpointLocation", str(ck)).option("path", str(out)))
-    else:
-        df = (spark.readStream.format("regional").option("source", "kafka")
-              .option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", topic)
-              .option("startingOffsets", "earliest").load())
-        writer = (df.selectExpr("region", "offset", "CAST(value AS STRING) AS value").writeStream
-                  .format("regional").option("target", "delta").option("path", str(out))
-                  .option("checkpointLocation", str(ck)).option("keepRegionColumns", "true"))
-    return (writer.trigger(availableNow=True) if available_now else writer).start()
 
 
 def bursts(spark, pipeline: str, broker: KafkaBroker, partitions: int, args: argparse.Namespace,

@@ -51,18 +51,22 @@ def produce(broker: KafkaBroker, topic: str, partitions: int, rate: int, seconds
     return seq
 
 
-def start(spark, pipeline: str, broker: KafkaBroker, topic: str, out: Path, ck: Path):
+def start(spark, pipeline: str, broker: KafkaBroker, topic: str, out: Path, ck: Path, available_now: bool = False):
+    """Kafka into Delta from earliest: stock Spark's Kafka source into delta-spark, or regional's source into its
+    Delta target; the default trigger, or AvailableNow."""
     if pipeline == "stock":
         df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
               .option("subscribe", topic).option("startingOffsets", "earliest").load())
-        return (df.selectExpr("CAST(value AS STRING) AS value").writeStream.format("delta")
-                .option("checkpointLocation", str(ck)).start(str(out)))
-    df = (spark.readStream.format("regional").option("source", "kafka")
-          .option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", topic)
-          .option("startingOffsets", "earliest").load())
-    return (df.selectExpr("region", "offset", "CAST(value AS STRING) AS value").writeStream.format("regional")
-            .option("target", "delta").option("path", str(out)).option("checkpointLocation", str(ck))
-            .option("keepRegionColumns", "true").start())
+        writer = (df.selectExpr("CAST(value AS STRING) AS value").writeStream.format("delta")
+                  .option("checkpointLocation", str(ck)).option("path", str(out)))
+    else:
+        df = (spark.readStream.format("regional").option("source", "kafka")
+              .option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", topic)
+              .option("startingOffsets", "earliest").load())
+        writer = (df.selectExpr("region", "offset", "CAST(value AS STRING) AS value").writeStream
+                  .format("regional").option("target", "delta").option("path", str(out))
+                  .option("checkpointLocation", str(ck)).option("keepRegionColumns", "true"))
+    return (writer.trigger(availableNow=True) if available_now else writer).start()
 
 
 def commits(table: Path) -> list[tuple[float, list[str]]]:

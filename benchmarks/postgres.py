@@ -35,7 +35,7 @@ from pathlib import Path
 import pyspark
 
 import regional
-from benchmarks.common import Footprint, cpu_by_process, spread
+from benchmarks.common import Footprint, cpu_by_process, cpu_per_million, spread
 from benchmarks.sections import markers, write_section
 from regional.testing.postgres_server import PostgresServer
 
@@ -128,12 +128,9 @@ def render(args: argparse.Namespace, runs: list[Measured], memory: dict[str, str
 
     ratio = med("regional", lambda r: r.rate) / med("stock", lambda r: r.rate)
     in_batches = {name: med(name, lambda r: r.rows / r.in_batches) for name in PIPELINES}
-    groups = sorted({k for r in runs for k in r.cpu})
 
-    def cpu(name: str) -> str:
-        per_million = {g: med(name, lambda r, g=g: r.cpu.get(g, 0.0) / r.rows * 1e6) for g in groups}
-        return (", ".join(f"{g} {v:.2f}" for g, v in per_million.items() if v >= 0.005)
-                + f" (total {sum(per_million.values()):.2f})")
+    def cpu(name: str) -> str:  # every run wrote the same rows (main checks)
+        return cpu_per_million([r.cpu for r in by[name]], by[name][0].rows)
 
     return "\n".join([
         BEGIN,

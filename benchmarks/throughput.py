@@ -20,6 +20,7 @@ from benchmarks.common import (
     Mode,
     Row,
     cpu_by_process,
+    cpu_per_million,
     delta_rows,
     regional_query,
     spread,
@@ -90,11 +91,6 @@ def run(spark, work: Path, mode: Mode) -> list[Row]:
                  f"memory during the last runs: regional {footprints['regional'].describe()}; stock "
                  f"{footprints['stock'].describe()}",
                  "CPU seconds per million rows (median over the counted runs, from /proc): "
-                 + "; ".join(f"{name}: {cpu_text(runs, rows)}" for name, runs in cpu.items())
+                 + "; ".join(f"{name}: {cpu_per_million(runs, rows)}" for name, runs in cpu.items())
                  + " (pyarrow alone is one thread; Spark has 2 cores)"])]
 
-
-def cpu_text(runs: list[dict[str, float]], rows: int) -> str:
-    per_million = {k: statistics.median(r[k] for r in runs) / rows * 1e6 for k in runs[0]}
-    return ", ".join(f"{k} {v:.2f}" for k, v in per_million.items() if v >= 0.005) + \
-        f" (total {sum(per_million.values()):.2f})"
