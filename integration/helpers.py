@@ -179,6 +179,14 @@ def wait_for_child_epochs(child: subprocess.Popen[str], ck: Path | str, epochs: 
     return _await_epochs(ck, epochs, timeout, running)
 
 
+def failure_summary(output: str, limit: int = 3000) -> str:
+    """What a failed child printed that says why: its error and exception lines (a StreamingQueryException's
+    message ends with the query's plan, which is all a plain tail of the output would keep), then its tail."""
+    reasons = [line for line in output.splitlines()
+               if any(w in line for w in ("Error", "Exception", "error:", "Caused by"))]
+    return ("\n".join(reasons)[:limit] + "\n--- tail ---\n" + output[-1000:]).strip()
+
+
 def run_until_error(query: StreamingQuery) -> str:
     """The error the running query fails with (it must fail)."""
     import pytest

@@ -12,7 +12,14 @@ import uuid
 import pytest
 
 import regional
-from integration.helpers import ROOT, add_epoch_of_files, assert_exactly_once_in_order, expected_rows, run_killable
+from integration.helpers import (
+    ROOT,
+    add_epoch_of_files,
+    assert_exactly_once_in_order,
+    expected_rows,
+    failure_summary,
+    run_killable,
+)
 from regional.errors import RegionalStoreError
 from regional.location import parse_location
 from regional.storage import FenceLost, Storage, open_storage
@@ -84,6 +91,45 @@ def test_the_storage_contract(storage: Storage):
     storage.delete("top")  # deleting what is gone is nothing
     storage.delete_tree("a")
     assert sorted(i.name for i in storage.list("", recursive=True)) == ["once", "written"]
+
+
+@pytest.mark.parametrize("fault", ["drop", "503"])
+def test_store_calls_ride_out_dropped_connections_and_503s(s3, monkeypatch, fault):
+    """Behind a proxy that drops every connection (or answers 503) for 1.5 s: a create (a conditional PUT), a
+    write, a read, a list, a delete and the lease each succeed once the faults stop, rather than fail the query
+    (object_store alone gives up at once on a conditional PUT or a dropped connection)."""
+    import json
+
+    from regional.storage.config import STORAGE_CONF_ENV
+    from regional.testing.faulty_proxy import FaultyProxy
+    from regional.testing.s3_server import hadoop_conf
+
+    bucket = s3.create_bucket(f"retries-{uuid.uuid4().hex[:12]}")
+    proxy = FaultyProxy(("127.0.0.1", s3.port))
+    monkeypatch.setenv(STORAGE_CONF_ENV, json.dumps(hadoop_conf(proxy.endpoint)))
+    storage = open_storage(parse_location("test", f"{bucket}/root"))
+    calls = {
+        "create": lambda: storage.create("created", b"c"),
+        "write": lambda: storage.write("written", b"w"),
+        "read": lambda: storage.read("written"),
+        "list": lambda: sorted(i.name for i in storage.list("", recursive=True)),
+        "delete": lambda: storage.delete("created"),
+        "fence": lambda: storage.try_fence("lease", {"token": "t1"}),
+    }
+    expected = {"create": True, "write": None, "read": b"w", "list": ["created", "written"],
+                "delete": None, "fence": None}
+    try:
+        for name, call in calls.items():
+            proxy.set_mode(fault)
+            healed = threading.Timer(1.5, proxy.set_mode, args=("pass",))
+            healed.start()
+            assert call() == expected[name], name
+            healed.join()
+        assert storage.fence_holder("lease") is not None
+    finally:
+        storage.release_fence("lease")
+        proxy.stop()
+    assert proxy.faults > 0
 
 
 def s3_store(s3, name: str = "ck") -> Store:
@@ -287,13 +333,15 @@ def test_503s_dropped_connections_and_a_restarted_s3_lose_and_double_nothing(s3,
     try:
         for _ in range(6):
             child = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
-            runs.append("finished" if child.returncode == 0 else child.stdout[-1500:] + child.stderr[-1500:])
+            runs.append("finished" if child.returncode == 0 else failure_summary(child.stdout + child.stderr))
             if child.returncode == 0:
                 break
     finally:
         stop.set()
         thread.join()
         proxy.stop()
+    for number, outcome in enumerate(runs, 1):  # shown by pytest if the test fails
+        print(f"run {number}: {outcome}")
     assert runs[-1] == "finished", runs
     assert proxy.faults > 0 and restarts
     print(f"runs: {len(runs)}; connections faulted: {proxy.faults}")

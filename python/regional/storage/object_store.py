@@ -7,7 +7,13 @@ No rename and no lock: ``write`` is one PUT (atomic, read-after-write consistent
 conditional PUT on the ETag it saw unchanged for ``fence_expiry_s``) makes the first one's next renewal fail.
 The driver that lost it learns at its next renewal or ``check_fence``, whichever comes first. Expiry is
 judged by the waiting driver's own clock, from when it first saw the ETag: clocks of two hosts are never
-compared. Transient errors (5xx, dropped connections) are retried by object_store with back-off.
+compared.
+
+Transient errors (5xx, dropped connections): object_store retries the requests it knows to be idempotent, but
+gives up at once on a conditional PUT, a bulk delete, or a connection dropped after the request was sent. Every
+call made here is safe to repeat (a create compares the bytes it finds with its own; a lease PUT refused after a
+retry checks whether its own first try landed), so ``_retrying`` repeats them, with back-off, for up to
+``REGIONAL_STORE_RETRY_S`` (default 60 s), as Hadoop's S3A does for Spark's own checkpoint files.
 """
 
 from __future__ import annotations
@@ -18,11 +24,19 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any, cast
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar, cast
 
 import obstore
-from obstore.exceptions import AlreadyExistsError, PreconditionError
+from obstore.exceptions import (
+    AlreadyExistsError,
+    InvalidPathError,
+    NotSupportedError,
+    PermissionDeniedError,
+    PreconditionError,
+    UnauthenticatedError,
+    UnknownConfigurationKeyError,
+)
 
 from regional.errors import RegionalStoreError
 from regional.location import Location
@@ -33,10 +47,30 @@ from regional.storage.base import FenceLost, ObjectInfo, ObjectWriter, Storage, 
 LEASE_TTL_S = float(os.environ.get("REGIONAL_LEASE_TTL_S", "30"))
 HEAD_THREADS = 32
 STREAM_CHUNK = 8 << 20
+RETRY_S = float(os.environ.get("REGIONAL_STORE_RETRY_S", "60"))
+# Answers, not faults: retrying them would only repeat them.
+_ANSWERS = (FileNotFoundError, AlreadyExistsError, PreconditionError, PermissionDeniedError, UnauthenticatedError,
+            InvalidPathError, NotSupportedError, UnknownConfigurationKeyError)
+T = TypeVar("T")
 _stores: dict[tuple[str, str, str], Any] = {}  # (scheme, container, options) -> the obstore store, per process
 _stores_lock = threading.Lock()
 _leases: dict[str, _Lease] = {}  # fences this process holds, by full location
 _seen: dict[str, tuple[str, float]] = {}  # fences held by others: (ETag, monotonic time first seen)
+
+
+def _retrying(call: Callable[[], T]) -> T:
+    """``call()``, repeated after transient errors (anything but ``_ANSWERS``) with back-off for ``RETRY_S``."""
+    deadline, delay = time.monotonic() + RETRY_S, 0.2
+    while True:
+        try:
+            return call()
+        except _ANSWERS:
+            raise
+        except Exception:
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 def open(location: Location) -> ObjectStorage:  # the backend's entry point
@@ -93,12 +127,15 @@ class ObjectStorage(Storage):
 
     def _get(self, name: str) -> tuple[bytes, str] | None:
         """The object's bytes and ETag, from one GET; None when it does not exist."""
-        got = self.read_stream(name)
-        return None if got is None else (b"".join(got[1]), got[0].etag)
+        def whole() -> tuple[bytes, str] | None:
+            got = self.read_stream(name)
+            return None if got is None else (b"".join(got[1]), got[0].etag)
+
+        return _retrying(whole)
 
     def head(self, name: str) -> ObjectInfo | None:
         try:
-            meta = obstore.head(self.store, self.key(name))
+            meta = _retrying(lambda: obstore.head(self.store, self.key(name)))
         except FileNotFoundError:
             return None
         except Exception as exc:
@@ -115,13 +152,13 @@ class ObjectStorage(Storage):
 
     def write(self, name: str, data: bytes) -> None:
         try:
-            obstore.put(self.store, self.key(name), data)
+            _retrying(lambda: obstore.put(self.store, self.key(name), data))
         except Exception as exc:
             raise self._fail("write", name, exc) from None
 
     def create(self, name: str, data: bytes) -> bool:
         try:
-            obstore.put(self.store, self.key(name), data, mode="create")
+            _retrying(lambda: obstore.put(self.store, self.key(name), data, mode="create"))
             return True
         except AlreadyExistsError:
             # A retried PUT whose first try landed also ends here: the same bytes are this call's.
@@ -131,7 +168,7 @@ class ObjectStorage(Storage):
 
     def delete(self, name: str) -> None:
         try:
-            obstore.delete(self.store, self.key(name))
+            _retrying(lambda: obstore.delete(self.store, self.key(name)))
         except FileNotFoundError:
             pass
         except Exception as exc:
@@ -142,9 +179,11 @@ class ObjectStorage(Storage):
         base = len(self.root.path) + 1 if self.root.path else 0
         try:
             if recursive:
-                metas: Any = [m for chunk in obstore.list(self.store, prefix + "/" if prefix else None) for m in chunk]
+                metas: Any = _retrying(lambda: [
+                    m for chunk in obstore.list(self.store, prefix + "/" if prefix else None) for m in chunk])
             else:
-                metas = obstore.list_with_delimiter(self.store, prefix + "/" if prefix else None)["objects"]
+                metas = _retrying(lambda: obstore.list_with_delimiter(
+                    self.store, prefix + "/" if prefix else None)["objects"])
         except Exception as exc:
             raise self._fail("list", directory, exc) from None
         return [_info(str(m["path"])[base:], m) for m in metas]
@@ -177,7 +216,7 @@ class ObjectStorage(Storage):
             return None
         body = {**holder, "lease_ttl_s": LEASE_TTL_S}
         try:
-            result = obstore.put(self.store, self.key(name), _encode(body), mode="create")
+            result = _retrying(lambda: obstore.put(self.store, self.key(name), _encode(body), mode="create"))
             self._hold(name, body, str(result["e_tag"]))
             return None
         except AlreadyExistsError:
@@ -189,6 +228,9 @@ class ObjectStorage(Storage):
             return {}  # removed a moment ago: the next call creates it
         raw, etag = current
         theirs = decode_holder(raw)
+        if theirs == body:  # our own PUT landed on a try whose answer was lost
+            self._hold(name, body, etag)
+            return None
         if theirs.get("released"):  # its holder ended cleanly: take it at once, unless someone else just did
             return self._take_over(name, body, etag, theirs)
         now = time.monotonic()
@@ -205,8 +247,12 @@ class ObjectStorage(Storage):
         """Replace the lease whose ETag is ``etag`` with ours, unless someone else just did."""
         _seen.pop(self.describe(name), None)
         try:
-            result = obstore.put(self.store, self.key(name), _encode(body), mode={"e_tag": etag})
+            result = _retrying(lambda: obstore.put(self.store, self.key(name), _encode(body), mode={"e_tag": etag}))
         except (PreconditionError, FileNotFoundError):
+            current = self._get(name)
+            if current is not None and decode_holder(current[0]) == body:  # our own retried PUT had landed
+                self._hold(name, body, current[1])
+                return None
             return theirs
         except Exception as exc:
             raise self._fail("take over the lease", name, exc) from None
