@@ -138,3 +138,35 @@ def test_status_shows_a_stragglers_range_limit(tmp_path):
     assert "straggler: ranges of at most 125 offsets (regionTimeout)" in line
     shown = json.loads(run("status", str(tmp_path), "--json").stdout)
     assert shown["regions"]["s"]["timed_range"] == 125 and shown["regions"]["a"]["timed_range"] is None
+
+
+def test_the_status_snapshot_for_the_spark_ui_and_metrics(tmp_path):
+    """``status.json`` (written by the driver after recorded epochs): the metrics' figures, every region's row,
+    compact epochs; it round-trips through the store's file format, and the timeline SVG escapes region ids."""
+    import xml.etree.ElementTree as ElementTree
+
+    from regional.cli.timeline import svg
+    from regional.spark.status_publisher import write_snapshot
+    from regional.store.status import snapshot
+
+    now = time.time()
+    store = a_store(tmp_path, now)
+    evil = '<script>alert("x")</script>&'
+    store.write_record(EpochRecord(
+        2, EpochKind.REGIONAL, {evil: Slice(0, 1, 1)}, {"c": FallBack(0, "ConnectionError: down")},
+        {"a/b": RegionState(9, 1), "c": RegionState(5, 0, 2, Standing.FALLEN_BACK, "ConnectionError: down"),
+         "q": RegionState(0, None, 1, Standing.QUARANTINED, "ValueError: poison"), evil: RegionState(1, None)},
+        regional_epochs=2, recorded_at=now - 1))
+    st = status(tmp_path, 20)
+    data = snapshot(st, svg(st))
+    m = data["metrics"]
+    assert (m["epoch"], m["regions"], m["fallen_back"], m["quarantined"], m["regions_with_work"]) == (2, 4, 1, 1, 2)
+    assert m["oldest_ref_age_epochs"] == 3 and m["lag_total"] == 3 + 15 + 7 and m["epochs_total"] == 3
+    assert m["recent_epochs"] == {"global": 1, "regional": 2, "forced_global": 0, "aborted": 0}
+    assert 290 < m["oldest_ref_age_seconds"] < 400  # c's ref_epoch 0 was recorded 300 s ago; q's -1 has no time
+    assert data["regions"]["c"]["ref_epoch"] == 0 and data["regions"][evil]["state"] == "ok"
+    assert data["epochs"][-1]["fallen_back_regions"] == {"c": "ConnectionError: down"}
+    picture = ElementTree.fromstring(data["timeline_svg"])  # well-formed: the id is text, not markup
+    assert evil[:36] in "".join(picture.itertext()) and "<script>" not in data["timeline_svg"]
+    write_snapshot(str(tmp_path))
+    assert Store(tmp_path).read_status()["metrics"]["epoch"] == 2

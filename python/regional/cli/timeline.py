@@ -109,6 +109,41 @@ def draw(st: QueryStatus, out: str | Path) -> Path:
     return path
 
 
+def svg(st: QueryStatus) -> str:
+    """The timeline as an SVG document (the Spark UI tab's picture): the same grid as ``draw``, without
+    matplotlib. Labels are escaped: region ids come from the outside world."""
+    from html import escape
+
+    if not st.epochs:
+        return ""
+    labels, epochs, cells, lags, shares, _ = outcome_grid(st)
+    cell, label_w, lag_w, top = 14, min(12 + 7 * max(len(label) for label in labels), 260) if labels else 40, 70, 18
+    grid_w = max(cell * len(epochs), 90)  # room for the heading over few epochs
+    width = max(label_w + grid_w + lag_w, 560)  # at least the legend's
+    height = top + cell * max(len(labels), 1) + 24
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+           'font-size="10">',
+           f'<text x="{label_w}" y="12">epochs {epochs[0]}..{epochs[-1]}</text>',
+           f'<text x="{label_w + grid_w + 4}" y="12">lag</text>']
+    for row, (label, codes, row_shares, lag) in enumerate(zip(labels, cells, shares, lags, strict=True)):
+        y = top + row * cell
+        out.append(f'<text x="{label_w - 4}" y="{y + 11}" text-anchor="end">{escape(label[:36])}</text>')
+        for column, (code, share) in enumerate(zip(codes, row_shares, strict=True)):
+            name, colour = LEGEND[code]
+            opacity = 1.0 if code >= DEAD_LETTERED else 0.25 + 0.75 * share
+            out.append(f'<rect x="{label_w + column * cell}" y="{y}" width="{cell - 1}" height="{cell - 1}" '
+                       f'fill="{colour}" fill-opacity="{opacity:.2f}"><title>epoch {epochs[column]}: {name}'
+                       '</title></rect>')
+        out.append(f'<text x="{label_w + grid_w + 4}" y="{y + 11}">{lag:,}</text>')
+    x, y = 4, height - 6
+    for name, colour in LEGEND.values():
+        out.append(f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{colour}"/>'
+                   f'<text x="{x + 13}" y="{y}">{name}</text>')
+        x += 20 + 6 * len(name)
+    out.append("</svg>")
+    return "".join(out)
+
+
 def _fade(colour: tuple[float, float, float], share: float) -> tuple[float, float, float]:
     """``colour`` mixed with white: full at share 1, a quarter at share 0 (one region of many stays visible)."""
     strength = 0.25 + 0.75 * share

@@ -23,6 +23,7 @@ from regional.inputs import load_input
 from regional.inputs.base import RetainedInput, StoredInput
 from regional.protocol.plan import INITIAL_EPOCH, EpochPlan, RegionRange, Retention, initial_offset, plan_epoch
 from regional.protocol.settings import Settings, parse_optional_int, resolve_settings
+from regional.spark.status_publisher import PUBLISHER, enabled
 from regional.spark.task_files import TIMED_BATCH_ROWS, ReadReceipt, SinkWatch, TaskFiles, TaskKey
 from regional.store import EpochRecord, RegionState, Standing, Store
 
@@ -287,8 +288,13 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._tell_input(self.store.read_record(epoch))
 
     def stop(self) -> None:
-        """The query stopped: the next run need not wait out this driver's lease on an object store."""
-        self.store.release_fence()
+        """The query stopped (or failed): the next run need not wait out this driver's lease on an object store,
+        and the Spark UI tab and metrics show how it ended."""
+        try:
+            if enabled() and self.store.epochs():
+                PUBLISHER.publish(str(self.store.checkpoint))
+        finally:
+            self.store.release_fence()
 
     def _tell_input(self, record: EpochRecord | None) -> None:
         if record is None or record.epoch <= self.told_epoch or not isinstance(self.input, RetainedInput):

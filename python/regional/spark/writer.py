@@ -29,6 +29,7 @@ from regional.location import optional_location_text
 from regional.protocol.decide import Outcome, TaskOutcome
 from regional.protocol.settings import conf_settings, given_settings, parse_bool
 from regional.spark.offset_log import read_plan
+from regional.spark.status_publisher import PUBLISHER
 from regional.spark.task_files import TaskFiles, TaskKey
 from regional.storage import open_storage
 from regional.store import Store
@@ -299,6 +300,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         check_dead_letter_path(plan.settings.dead_letter_path, target)
         tasks = [m.outcome if isinstance(m, RegionalCommitMessage) else None for m in messages]
         commit_epoch(plan, tasks, store, target, self.mixed, dead_letter_target)
+        PUBLISHER.request(self.checkpoint)  # the Spark UI tab's and the metrics' view, after the epoch
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         handles = {f"#{m.outcome.partition}": m.outcome.handle for m in messages

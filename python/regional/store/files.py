@@ -32,6 +32,7 @@ VERSIONS: dict[str, int] = {
     "query-plan": 1,  # query-plan.json: the JVM shim's plan check
     "failure": 1,  # failures/<epoch>/<partition>-<attempt>.json: the JVM shim's record of a failed attempt
     "source-log": 1,  # sources/<source>/<seq>.{snapshot,delta}.json: a source's own state (the files manifest)
+    "status": 1,  # status.json: the read model as of a recorded epoch, for the JVM shim's Spark UI tab and metrics
 }
 # Older formats this version still reads (a checkpoint written before an upgrade); it writes VERSIONS only.
 ALSO_READS: dict[str, tuple[int, ...]] = {"epoch": (1,), "intent": (1,)}

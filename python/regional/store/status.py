@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from regional.store.model import EpochRecord, RegionState, Standing
+from regional.store.model import EpochKind, EpochRecord, RegionState, Standing
 from regional.store.store import Store
 
 
@@ -122,6 +122,43 @@ class QueryStatus:
                         sum(s.dead_letters for s in self.regions.values()),
                         sum(s.isolating is not None for s in self.regions.values()),
                         self.epochs[-1].outage_epochs if self.epochs else 0)
+
+
+SNAPSHOT_EPOCHS = 20  # the newest epochs a snapshot shows
+SNAPSHOT_EPOCH_REGIONS = 20  # of each epoch's fallen-back and dead-lettered regions, the first ones by name
+
+
+def snapshot(st: QueryStatus, timeline_svg: str | None = None) -> dict[str, Any]:
+    """The status as the JVM shim shows it in the Spark UI and exports it as metrics (``status.json``): the
+    query's figures, every region's row, and a summary of each recent epoch (counts, and the first fallen-back
+    and dead-lettered regions with their reasons, so that 10,000 regions do not make it megabytes per epoch)."""
+    last = st.epochs[-1] if st.epochs else None
+    ages = [st.ref_age(r) for r in st.regions]
+    lags = [lag for r in st.regions if (lag := st.lag(r)) is not None]
+    kinds = [e.kind.value for e in st.epochs]
+    metrics = {
+        **asdict(st.progress()),
+        "regions_with_work": len(last.committed) + len(last.fallen_back) if last else 0,
+        "oldest_ref_age_epochs": max((a for a, _ in ages if a is not None), default=0),
+        "oldest_ref_age_seconds": round(max((s for _, s in ages if s is not None), default=0.0), 3),
+        "lag_total": sum(lags),
+        "backoff_seconds": last.backoff_s if last else 0.0,
+        "epochs_total": last.epoch + 1 if last else 0,
+        "recent_epochs": {kind.value: kinds.count(kind.value) for kind in EpochKind},
+    }
+
+    def first(items: dict[str, Any]) -> dict[str, Any]:
+        return {r: items[r] for r in sorted(items)[:SNAPSHOT_EPOCH_REGIONS]}
+
+    epochs = [{"epoch": e.epoch, "kind": e.kind.value, "reason": e.reason, "recorded_at": e.recorded_at,
+               "committed": len(e.committed), "rows": sum(c.rows for c in e.committed.values()),
+               "fallen_back": len(e.fallen_back), "dead_lettered": len(e.dead_lettered),
+               "fallen_back_regions": first({r: f.reason for r, f in e.fallen_back.items()}),
+               "dead_lettered_regions": first({r: d.error for r, d in e.dead_lettered.items()})}
+              for e in st.epochs[-SNAPSHOT_EPOCHS:]]
+    return {"checkpoint": st.checkpoint, "taken_at": st.now, "metrics": metrics,
+            "regions": {r: st.region_json(r) for r in sorted(st.regions)}, "epochs": epochs,
+            "timeline_svg": timeline_svg}
 
 
 def status(checkpoint_location: str | os.PathLike[str], epochs: int | None = None) -> QueryStatus:

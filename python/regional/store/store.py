@@ -68,6 +68,7 @@ _STARTING_OFFSETS = "starting-offsets.json"
 _FINAL_REQUEST = "final-epoch-request.json"
 _REFERENCED = "referenced-epochs"
 _QUERY_PLAN = "query-plan.json"
+_STATUS = "status.json"
 _FAILURES = "failures"
 _FENCE = "driver.lock"
 _FAILURE_NAME = re.compile(r"^[0-9]+-[0-9]+\.json$")
@@ -258,6 +259,14 @@ class Store:
         files.write(self.storage, _LATEST_OFFSETS, "latest-offsets",
                     {"epoch": epoch, "seen_at": time.time(), "offsets": dict(offsets),
                      "log_starts": None if log_starts is None else dict(log_starts)})
+
+    def write_status(self, snapshot: dict[str, Any]) -> None:
+        """The read model as of a recorded epoch (``regional.store.status.snapshot``), replaced whole: what the
+        JVM shim's Spark UI tab and metrics show. A view only: nothing reads it to decide or publish."""
+        files.write(self.storage, _STATUS, "status", snapshot)
+
+    def read_status(self) -> dict[str, Any] | None:
+        return files.read(self.storage, _STATUS, "status")
 
     def read_latest_offsets(self) -> dict[str, int]:
         """Each region's end offset as the source last saw it when planning; empty before the first plan."""

@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from regional.testing.debian import ensure
 from regional.testing.kafka_broker import free_port
 
 START_TIMEOUT_S = 60.0
@@ -26,19 +27,11 @@ START_TIMEOUT_S = 60.0
 
 def postgres_bin() -> Path:
     """The directory of PostgreSQL's server programs, installed from Debian's packages if missing."""
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-    if not found:
-        if os.geteuid() != 0 or shutil.which("apt-get") is None:
-            raise RuntimeError("the tests need a PostgreSQL server: install Debian's 'postgresql' package "
-                               "(apt-get install postgresql) or run the test command as root")
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
-        subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", "postgresql"], check=True,
-                       env=env, stdout=subprocess.DEVNULL)
-        found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
-        if not found:
-            raise RuntimeError("apt-get installed 'postgresql' but no /usr/lib/postgresql/*/bin/initdb exists")
-    return Path(found[-1]).parent
+    def found() -> list[str]:
+        return sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+
+    ensure(["postgresql"], lambda: bool(found()), "a PostgreSQL server (/usr/lib/postgresql/*/bin/initdb)")
+    return Path(found()[-1]).parent
 
 
 class PostgresServer:

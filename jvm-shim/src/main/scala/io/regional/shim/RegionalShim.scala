@@ -57,6 +57,7 @@ object RegionalShim {
       val l = new FailureListener()
       sc.addSparkListener(l)
       listener = Some((sc, l))
+      org.apache.spark.regional.RegionalUi.install(sc)  // the Spark UI's Regional tab, /metrics/regional
     }
     val ours = classOf[RegionalCheckpointFileManager].getName
     session.conf.getOption(FileManagerConf) match {

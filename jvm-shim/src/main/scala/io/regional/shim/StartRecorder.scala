@@ -26,7 +26,9 @@ class StartRecorder(sessionRef: java.lang.ref.WeakReference[SparkSession]) exten
     }
 
   override def onQueryProgress(event: QueryProgressEvent): Unit = ()
-  override def onQueryTerminated(event: QueryTerminatedEvent): Unit = ()
+  override def onQueryTerminated(event: QueryTerminatedEvent): Unit =
+    try org.apache.spark.regional.RegionalBoard.terminated(event.id.toString, event.exception)
+    catch { case NonFatal(e) => RegionalShim.warn(s"regional: the Regional tab missed the end of query ${event.id}: $e") }
 
   private def record(event: QueryStartedEvent): Unit = {
     val session = sessionRef.get()
@@ -39,6 +41,9 @@ class StartRecorder(sessionRef: java.lang.ref.WeakReference[SparkSession]) exten
     if (!name.equalsIgnoreCase(PlanCheck.SourceName)) return
     val root = execution.getClass.getMethod("resolvedCheckpointRoot").invoke(execution).asInstanceOf[String]
     RegionalShim.storeDir(root).foreach { store =>
+      try org.apache.spark.regional.RegionalBoard.started(event.id.toString, event.runId.toString,
+        Option(event.name), store)
+      catch { case NonFatal(e) => RegionalShim.warn(s"regional: the Regional tab cannot show query ${event.id}: $e") }
       // A previous run's record goes first: if this run's cannot be made, the source finds none and refuses
       // to plan, rather than plan with settings writeStream may no longer give.
       RegionalShim.deleteStoreFile(store, StartRecorder.FileName)

@@ -1,0 +1,86 @@
+package org.apache.spark.regional
+
+import java.nio.charset.StandardCharsets
+import java.util.concurrent.ConcurrentHashMap
+
+import scala.jdk.CollectionConverters._
+import scala.util.control.NonFatal
+
+import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
+import org.apache.hadoop.fs.Path
+
+import io.regional.shim.RegionalShim
+
+/** A regional query run of this application, as the shim saw it start, and its newest status snapshot
+  * (`<checkpoint>/regional/status.json`, written by the Python side after recorded epochs and at stop). */
+final class QueryView(val id: String, val runId: String, val name: Option[String], val store: Path,
+                      val startedAt: Long) {
+  @volatile var ended: Option[String] = None  // Some("stopped") or Some("failed: <error>")
+  @volatile private[regional] var snapshot: Option[JsonNode] = None
+  @volatile private[regional] var readAt: Long = 0L
+  @volatile private[regional] var stamp: String = ""  // the file's header line: its checksum
+  @volatile var readError: Option[String] = None
+
+  def label: String = name.getOrElse(id)
+  def active: Boolean = ended.isEmpty
+}
+
+/** The queries the tab and the metrics show: every regional query started in this application (the newest run
+  * of each query id), kept after they stop or fail, so that an on-call engineer sees how a query ended. */
+object RegionalBoard {
+  val StatusFile = "status.json"
+  /** A snapshot is read again at most this often (page views and metric scrapes in between use the last). */
+  val RefreshMs = 1000L
+  private val mapper = new ObjectMapper()
+  private val queries = new ConcurrentHashMap[String, QueryView]()
+
+  def started(id: String, runId: String, name: Option[String], store: Path): QueryView = {
+    val view = new QueryView(id, runId, name.filter(_.nonEmpty), store, System.currentTimeMillis())
+    Option(queries.put(id, view)).foreach(RegionalMetrics.remove)
+    RegionalMetrics.register(view)
+    view
+  }
+
+  def terminated(id: String, error: Option[String]): Unit = Option(queries.get(id)).foreach { view =>
+    view.ended = Some(error.map(e => s"failed: $e").getOrElse("stopped"))
+    view.readAt = 0L  // the source wrote a last snapshot at stop: read it at the next look
+  }
+
+  def views: Seq[QueryView] = queries.values().asScala.toSeq.sortBy(v => -v.startedAt)
+
+  def view(id: String): Option[QueryView] = Option(queries.get(id))
+
+  /** The newest snapshot of `view`, read again when the last read is older than `RefreshMs`. */
+  def snapshot(view: QueryView): Option[JsonNode] = {
+    val now = System.currentTimeMillis()
+    if (now - view.readAt >= RefreshMs) view.synchronized {
+      if (now - view.readAt >= RefreshMs) {
+        view.readAt = now
+        try {
+          RegionalShim.readStoreBytes(view.store, StatusFile) match {
+            case None => view.readError = None  // no epoch recorded yet
+            case Some(raw) =>
+              val newline = raw.indexOf('\n'.toByte)
+              val stamp = if (newline < 0) "" else new String(raw, 0, newline, StandardCharsets.US_ASCII)
+              if (stamp != view.stamp || view.snapshot.isEmpty) {
+                RegionalShim.readStoreFile(raw, "status", 1) match {
+                  case Some(json) =>
+                    view.snapshot = Some(mapper.readTree(json))
+                    view.stamp = stamp
+                    view.readError = None
+                  case None => view.readError = Some(s"$StatusFile is torn or of another regional version")
+                }
+              }
+          }
+        } catch { case NonFatal(e) => view.readError = Some(e.toString) }
+      }
+    }
+    view.snapshot
+  }
+
+  /** The snapshot's `metrics.<key>` (a dotted path), if it is a number. */
+  def figure(node: JsonNode, path: String): Option[Double] = {
+    val value = path.split('.').foldLeft(node.path("metrics"))((n, k) => n.path(k))
+    if (value.isNumber) Some(value.asDouble()) else None
+  }
+}
