@@ -41,12 +41,12 @@ def child(work: Path, monitoring: bool, per_epoch: int) -> dict[str, float]:
     from regional.testing.kafka_broker import free_port
 
     port = free_port()
-    conf = {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "4g"}
-    if monitoring:
-        conf.update({"spark.ui.enabled": "true", "spark.ui.port": str(port), "spark.port.maxRetries": "0",
-                     "spark.metrics.conf.*.sink.prometheusServlet.class":
-                         "org.apache.spark.metrics.sink.PrometheusServlet",
-                     "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus"})
+    # Both settings run Spark's UI and PrometheusServlet, scraped alike: what differs is regional's part.
+    conf = {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "4g",
+            "spark.ui.enabled": "true", "spark.ui.port": str(port), "spark.port.maxRetries": "0",
+            "spark.metrics.conf.*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
+            "spark.metrics.conf.*.sink.prometheusServlet.path": "/metrics/prometheus",
+            "spark.regional.ui.enabled": "true" if monitoring else "false"}
     spark = regional.local_spark("local[2,4]", "regional-bench-monitoring", conf)
     regional.register(spark)
     spark.sparkContext.setLogLevel("OFF")
@@ -55,7 +55,8 @@ def child(work: Path, monitoring: bool, per_epoch: int) -> dict[str, float]:
     def scrape() -> None:  # what a Prometheus server and an engineer with the tab open would ask for
         base = f"http://127.0.0.1:{port}"
         while not stop.wait(1.0):
-            for path in ("/metrics/regional", "/metrics/prometheus", "/regional/"):
+            for path in ("/metrics/regional", "/metrics/prometheus", "/regional/") if monitoring else (
+                    "/metrics/prometheus", "/jobs/"):
                 try:
                     with urllib.request.urlopen(base + path, timeout=5) as response:
                         response.read()
@@ -63,9 +64,10 @@ def child(work: Path, monitoring: bool, per_epoch: int) -> dict[str, float]:
                 except OSError:
                     pass
 
-    scraper = threading.Thread(target=scrape, daemon=True)
-    if monitoring:
-        scraper.start()
+    threading.Thread(target=scrape, daemon=True).start()
+    warm = work / "warm-up"  # one small query first: the JVM and the Python workers warm
+    write_input(warm / "in", 1000, 1, LINE_PAD)
+    regional_query(spark, warm / "in", warm / "out", warm / "ck", 1000).awaitTermination()
     rows = sum(1 for f in (work / "in").rglob("*.txt") for _ in f.open())
     seconds = timed(lambda: regional_query(spark, work / "in", work / "out", work / "ck", per_epoch))
     assert delta_rows(work / "out") == rows, "the regional query lost or doubled rows"
@@ -122,10 +124,11 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.files_per_region} --repeats {args.repeats}` ({(time.perf_counter() - began) / 60:.1f} min)",
         f"- machine: 2 cores, Linux {platform.machine()}, Python {platform.python_version()}, pyspark "
         f"{pyspark.__version__}; each setting in a driver process of its own, alternating off, on, off, on",
-        "- off: no status snapshots (`REGIONAL_STATUS=off`), no Spark UI; on: snapshots after every epoch (at most "
-        "1/s), the Spark UI with the Regional tab and PrometheusServlet, and a scraper asking for /metrics/regional,"
-        f" /metrics/prometheus and the tab every second ({statistics.median(r['scrapes'] for r in results['on']):.0f}"
-        " pages per run, median)",
+        "- both: Spark's UI and PrometheusServlet on, a warm-up query first. off: no status snapshots "
+        "(`REGIONAL_STATUS=off`), no Regional tab or endpoint (`spark.regional.ui.enabled=false`), a scraper asking "
+        "for /metrics/prometheus and /jobs/ every second; on: snapshots after epochs (at most one per 2 s and a "
+        "twentieth of a core), the tab, and a scraper asking for /metrics/regional, /metrics/prometheus and the "
+        f"tab every second ({statistics.median(r['scrapes'] for r in results['on']):.0f} pages per run, median)",
         "",
         "| scenario | metric | off | on | on / off |",
         "| --- | --- | --- | --- | --- |",

@@ -42,7 +42,9 @@ object RegionalBoard {
   }
 
   def terminated(id: String, error: Option[String]): Unit = Option(queries.get(id)).foreach { view =>
-    view.ended = Some(error.map(e => s"failed: $e").getOrElse("stopped"))
+    // Spark's error holds the whole stack trace (Python's too): its first line says what failed.
+    view.ended = Some(error.map(e => s"failed: ${e.linesIterator.find(_.trim.nonEmpty).getOrElse("").take(300)}")
+      .getOrElse("stopped"))
     view.readAt = 0L  // the source wrote a last snapshot at stop: read it at the next look
   }
 
