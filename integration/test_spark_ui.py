@@ -49,7 +49,9 @@ def scrape(base: str) -> dict[str, float]:
 
 
 def figure(samples: dict[str, float], name: str) -> float:
-    found = [v for k, v in samples.items() if k.endswith(f"_driver_regional_ui_test_{name}_Value")]
+    """The query's figure: its source is ``regional.<name>_<the query id's first 8 characters>``."""
+    pattern = re.compile(rf"_driver_regional_ui_test_[0-9a-f]{{8}}_{name}_Value$")
+    found = [v for k, v in samples.items() if pattern.search(k)]
     assert len(found) == 1, (name, sorted(samples))
     return found[0]
 
@@ -94,9 +96,17 @@ class ChildLines:
         raise AssertionError(f"the child did not print {prefix!r}:\n{''.join(self.seen)[-3000:]}")
 
 
+def ensure_promtool() -> None:
+    from regional.testing.debian import ensure
+
+    ensure(["prometheus"], lambda: shutil.which("promtool") is not None, "Prometheus' promtool")
+
+
 @pytest.fixture(scope="module")
 def browser():
     from regional.testing.browser import headless_chromium
+
+    ensure_promtool()
 
     driver = headless_chromium()
     yield driver
@@ -157,9 +167,11 @@ def test_the_regional_tab_and_the_metrics_show_a_fallen_back_region_then_its_rec
         assert age_s is not None and 0 <= age_s - figure(samples, "oldest_ref_epoch_age_seconds") <= 5
         assert figure(samples, "region_b_lag") == st.lag("b") == ROWS
         # regional's own endpoint: the same figures with labels, ids escaped in the text format and read back.
-        labelled = {(s.name, s.labels.get("region")): s.value
-                    for f in text_string_to_metric_families(fetch(base + "/metrics/regional"))
+        text = fetch(base + "/metrics/regional")
+        labelled = {(s.name, s.labels.get("region")): s.value for f in text_string_to_metric_families(text)
                     for s in f.samples if s.labels.get("query") == "ui_test"}
+        checked = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stdout + checked.stderr  # Prometheus' own linter of the format
         assert labelled[("regional_regions_fallen_back", None)] == 1
         assert labelled[("regional_region_lag", "b")] == ROWS
         for evil in EVIL_REGIONS:
@@ -198,9 +210,7 @@ def test_the_regional_tab_and_the_metrics_show_a_fallen_back_region_then_its_rec
 
 def test_the_alert_rules_pass_promtool():
     """docs/prometheus-alerts.yml, checked by Prometheus' own promtool (Debian's prometheus package)."""
-    from regional.testing.debian import ensure
-
-    ensure(["prometheus"], lambda: shutil.which("promtool") is not None, "Prometheus' promtool")
+    ensure_promtool()
     result = subprocess.run(["promtool", "check", "rules", str(ROOT / "docs" / "prometheus-alerts.yml")],
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr

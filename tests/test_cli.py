@@ -161,7 +161,7 @@ def test_the_status_snapshot_for_the_spark_ui_and_metrics(tmp_path):
     data = snapshot(st, svg(st))
     m = data["metrics"]
     assert (m["epoch"], m["regions"], m["fallen_back"], m["quarantined"], m["regions_with_work"]) == (2, 4, 1, 1, 2)
-    assert m["oldest_ref_age_epochs"] == 3 and m["lag_total"] == 3 + 15 + 7 and m["epochs_total"] == 3
+    assert m["oldest_ref_age_epochs"] == 3 and m["lag"] == 3 + 15 + 7 and m["epochs_total"] == 3
     assert m["recent_epochs"] == {"global": 1, "regional": 2, "forced_global": 0, "aborted": 0}
     assert 290 < m["oldest_ref_age_seconds"] < 400  # c's ref_epoch 0 was recorded 300 s ago; q's -1 has no time
     assert data["regions"]["c"]["ref_epoch"] == 0 and data["regions"][evil]["state"] == "ok"

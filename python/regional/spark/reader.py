@@ -291,8 +291,8 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The query stopped (or failed): the next run need not wait out this driver's lease on an object store,
         and the Spark UI tab and metrics show how it ended."""
         try:
-            if enabled() and self.store.epochs():
-                PUBLISHER.publish(str(self.store.checkpoint))
+            if enabled():  # a view: bounded, so that a store that is down cannot hold up the stop
+                PUBLISHER.publish_final(str(self.store.checkpoint), timeout_s=10.0)
         finally:
             self.store.release_fence()
 

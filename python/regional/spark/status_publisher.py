@@ -69,6 +69,20 @@ class StatusPublisher:
             # pause grows with it, so that the snapshots never take more than a twentieth of a core.
             time.sleep(max(interval, 19 * (time.monotonic() - began)))
 
+    def publish_final(self, checkpoint: str, timeout_s: float) -> None:
+        """A last snapshot (the query stops or failed), waited for at most ``timeout_s``; none if no epoch was
+        recorded. Never raises."""
+        def last() -> None:
+            try:
+                if Store(checkpoint).epochs():
+                    self.publish(checkpoint)
+            except Exception as exc:
+                log.warning("regional: no last status snapshot of %s: %s", checkpoint, exc)
+
+        thread = threading.Thread(target=last, name="regional-status-final", daemon=True)
+        thread.start()
+        thread.join(timeout_s)
+
     def publish(self, checkpoint: str) -> None:
         try:
             write_snapshot(checkpoint)

@@ -22,6 +22,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -58,16 +59,25 @@ _leases: dict[str, _Lease] = {}  # fences this process holds, by full location
 _seen: dict[str, tuple[str, float]] = {}  # fences held by others: (ETag, monotonic time first seen)
 
 
+# What object_store says of a fault worth another try: a server error, throttling, a connection that failed.
+_TRANSIENT = re.compile(r"status 5\d\d|status 429|SlowDown|error sending request|connection|"
+                        r"timed out|timeout|reset by peer|broken pipe|incomplete|error decoding response body",
+                        re.IGNORECASE)
+
+
+def _transient(exc: Exception) -> bool:
+    return not isinstance(exc, _ANSWERS) and bool(_TRANSIENT.search(str(exc)))
+
+
 def _retrying(call: Callable[[], T]) -> T:
-    """``call()``, repeated after transient errors (anything but ``_ANSWERS``) with back-off for ``RETRY_S``."""
+    """``call()``, repeated after transient errors (``_transient``) with back-off for ``RETRY_S``; anything else
+    (403, a missing bucket, a wrong region...) fails at once."""
     deadline, delay = time.monotonic() + RETRY_S, 0.2
     while True:
         try:
             return call()
-        except _ANSWERS:
-            raise
-        except Exception:
-            if time.monotonic() + delay > deadline:
+        except Exception as exc:
+            if not _transient(exc) or time.monotonic() + delay > deadline:
                 raise
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
@@ -215,9 +225,10 @@ class ObjectStorage(Storage):
         if where in _leases and _leases[where].held():
             return None
         body = {**holder, "lease_ttl_s": LEASE_TTL_S}
+        sent = time.monotonic()  # the lease counts from before the request (a retried one may have landed first)
         try:
             result = _retrying(lambda: obstore.put(self.store, self.key(name), _encode(body), mode="create"))
-            self._hold(name, body, str(result["e_tag"]))
+            self._hold(name, body, str(result["e_tag"]), sent)
             return None
         except AlreadyExistsError:
             pass
@@ -229,7 +240,7 @@ class ObjectStorage(Storage):
         raw, etag = current
         theirs = decode_holder(raw)
         if theirs == body:  # our own PUT landed on a try whose answer was lost
-            self._hold(name, body, etag)
+            self._hold(name, body, etag, sent)
             return None
         if theirs.get("released"):  # its holder ended cleanly: take it at once, unless someone else just did
             return self._take_over(name, body, etag, theirs)
@@ -246,22 +257,23 @@ class ObjectStorage(Storage):
     def _take_over(self, name: str, body: dict[str, Any], etag: str, theirs: dict[str, Any]) -> dict[str, Any] | None:
         """Replace the lease whose ETag is ``etag`` with ours, unless someone else just did."""
         _seen.pop(self.describe(name), None)
+        sent = time.monotonic()
         try:
             result = _retrying(lambda: obstore.put(self.store, self.key(name), _encode(body), mode={"e_tag": etag}))
         except (PreconditionError, FileNotFoundError):
             current = self._get(name)
             if current is not None and decode_holder(current[0]) == body:  # our own retried PUT had landed
-                self._hold(name, body, current[1])
+                self._hold(name, body, current[1], sent)
                 return None
             return theirs
         except Exception as exc:
             raise self._fail("take over the lease", name, exc) from None
-        self._hold(name, body, str(result["e_tag"]))
+        self._hold(name, body, str(result["e_tag"]), sent)
         return None
 
-    def _hold(self, name: str, body: dict[str, Any], etag: str) -> None:
+    def _hold(self, name: str, body: dict[str, Any], etag: str, sent: float) -> None:
         where = self.describe(name)
-        _leases[where] = _Lease(self, name, body, etag)
+        _leases[where] = _Lease(self, name, body, etag, sent)
 
     def check_fence(self, name: str) -> None:
         lease = _leases.get(self.describe(name))
@@ -286,9 +298,9 @@ class ObjectStorage(Storage):
 class _Lease:
     """A held lease and the thread that renews it."""
 
-    def __init__(self, storage: ObjectStorage, name: str, body: dict[str, Any], etag: str) -> None:
+    def __init__(self, storage: ObjectStorage, name: str, body: dict[str, Any], etag: str, sent: float) -> None:
         self.storage, self.name, self.body, self.etag = storage, name, body, etag
-        self.renewed = time.monotonic()
+        self.renewed = sent  # from before the first try of the PUT that took it: it may have landed then
         self.lost = False
         self.why = ""
         self._stop = threading.Event()

@@ -138,10 +138,10 @@ def snapshot(st: QueryStatus, timeline_svg: str | None = None) -> dict[str, Any]
     kinds = [e.kind.value for e in st.epochs]
     metrics = {
         **asdict(st.progress()),
-        "regions_with_work": len(last.committed) + len(last.fallen_back) if last else 0,
+        "regions_with_work": len({*last.committed, *last.fallen_back, *last.dead_lettered}) if last else 0,
         "oldest_ref_age_epochs": max((a for a, _ in ages if a is not None), default=0),
         "oldest_ref_age_seconds": round(max((s for _, s in ages if s is not None), default=0.0), 3),
-        "lag_total": sum(lags),
+        "lag": sum(lags),
         "backoff_seconds": last.backoff_s if last else 0.0,
         "epochs_total": last.epoch + 1 if last else 0,
         "recent_epochs": {kind.value: kinds.count(kind.value) for kind in EpochKind},

@@ -27,7 +27,7 @@ class StartRecorder(sessionRef: java.lang.ref.WeakReference[SparkSession]) exten
 
   override def onQueryProgress(event: QueryProgressEvent): Unit = ()
   override def onQueryTerminated(event: QueryTerminatedEvent): Unit =
-    try org.apache.spark.regional.RegionalBoard.terminated(event.id.toString, event.exception)
+    try org.apache.spark.regional.RegionalBoard.terminated(event.id.toString, event.runId.toString, event.exception)
     catch { case NonFatal(e) => RegionalShim.warn(s"regional: the Regional tab missed the end of query ${event.id}: $e") }
 
   private def record(event: QueryStartedEvent): Unit = {

@@ -29,7 +29,7 @@ final class QueryView(val id: String, val runId: String, val name: Option[String
   * of each query id), kept after they stop or fail, so that an on-call engineer sees how a query ended. */
 object RegionalBoard {
   val StatusFile = "status.json"
-  /** A snapshot is read again at most this often (page views and metric scrapes in between use the last). */
+  /** A running query's snapshot is read again at most this often, by the metrics updater's thread. */
   val RefreshMs = 1000L
   private val mapper = new ObjectMapper()
   private val queries = new ConcurrentHashMap[String, QueryView]()
@@ -41,7 +41,8 @@ object RegionalBoard {
     view
   }
 
-  def terminated(id: String, error: Option[String]): Unit = Option(queries.get(id)).foreach { view =>
+  def terminated(id: String, runId: String, error: Option[String]): Unit =
+    Option(queries.get(id)).filter(_.runId == runId).foreach { view =>  // not a newer run of the same query
     // Spark's error holds the whole stack trace (Python's too): its first line says what failed.
     view.ended = Some(error.map(e => s"failed: ${e.linesIterator.find(_.trim.nonEmpty).getOrElse("").take(300)}")
       .getOrElse("stopped"))
@@ -52,10 +53,14 @@ object RegionalBoard {
 
   def view(id: String): Option[QueryView] = Option(queries.get(id))
 
-  /** The newest snapshot of `view`, read again when the last read is older than `RefreshMs`. */
-  def snapshot(view: QueryView): Option[JsonNode] = {
+  /** The newest snapshot of `view` read so far. No I/O: pages and scrapes never wait for the store (a slow object
+    * store would hold Jetty's threads); `refresh` reads, from the metrics updater's thread. */
+  def snapshot(view: QueryView): Option[JsonNode] = view.snapshot
+
+  /** Read `view`'s snapshot again if the last read is older than `RefreshMs` (a stopped query: once more). */
+  def refresh(view: QueryView): Unit = {
     val now = System.currentTimeMillis()
-    if (now - view.readAt >= RefreshMs) view.synchronized {
+    if (now - view.readAt >= RefreshMs && (view.active || view.readAt == 0L)) view.synchronized {
       if (now - view.readAt >= RefreshMs) {
         view.readAt = now
         try {
@@ -77,7 +82,6 @@ object RegionalBoard {
         } catch { case NonFatal(e) => view.readError = Some(e.toString) }
       }
     }
-    view.snapshot
   }
 
   /** The snapshot's `metrics.<key>` (a dotted path), if it is a number. */

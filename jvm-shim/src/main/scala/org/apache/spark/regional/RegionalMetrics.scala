@@ -20,8 +20,8 @@ import io.regional.shim.RegionalShim
 object RegionalMetrics {
   val RegionsConf = "spark.regional.metrics.regions"
   val DefaultRegions = 100
-  /** Per-region gauges follow the regions with the largest lag: the set is updated this often. */
-  val UpdateMs = 2000L
+  /** Snapshots are read, and the per-region gauges follow the regions with the largest lag, this often. */
+  val RefreshMs: Long = RegionalBoard.RefreshMs
 
   /** metric name -> (the snapshot's `metrics` key, help text). Prometheus' conventions: snake case, the unit
     * as a suffix, `_total` for what only grows. */
@@ -41,7 +41,7 @@ object RegionalMetrics {
     ("recent_epochs_forced_global", "recent_epochs.forced_global", "forced global epochs among the newest 20"),
     ("recent_epochs_aborted", "recent_epochs.aborted", "aborted epochs among the newest 20"),
     ("dead_letters_total", "dead_letters", "records dead-lettered"),
-    ("lag_total", "lag_total", "offsets seen by the source and not committed, all regions"),
+    ("lag", "lag", "offsets seen by the source and not committed, all regions"),
     ("lag_max", "max_lag", "the largest lag of a region"),
     ("outage_epochs", "outage_epochs", "epochs in a row in which every region with work failed"),
     ("backoff_seconds", "backoff_seconds", "how long the next epoch waits (an outage's back-off)"))
@@ -76,17 +76,22 @@ object RegionalMetrics {
       val executor = Executors.newSingleThreadScheduledExecutor { (r: Runnable) =>
         val t = new Thread(r, "regional-metrics"); t.setDaemon(true); t
       }
-      executor.scheduleWithFixedDelay(() => sources.values().asScala.foreach(s =>
-        try s.updateRegions() catch { case NonFatal(_) => () }), 0, UpdateMs, TimeUnit.MILLISECONDS)
+      // The one thread that reads snapshots: pages and scrapes use what it read last, and never wait for a store.
+      executor.scheduleWithFixedDelay(() => RegionalBoard.views.foreach { view =>
+        try {
+          RegionalBoard.refresh(view)
+          Option(sources.get(view.id)).foreach(_.updateRegions())
+        } catch { case NonFatal(_) => () }
+      }, 0, RefreshMs, TimeUnit.MILLISECONDS)
       updater = Some(executor)
     }
   }
 
   /** A metric name part from the outside world (a query name, a region id): Dropwizard separates with dots and
-    * most sinks allow little else, so anything but letters, digits, `_` and `-` becomes `_`, and a short hash
+    * most sinks allow little else, so anything but letters, digits and `_` becomes `_`, and a short hash
     * keeps two ids apart that would read the same. */
-  def namePart(raw: String): String = {
-    val clean = raw.map(c => if (c.isLetterOrDigit && c < 128 || c == '_' || c == '-') c else '_')
+  def namePart(raw: String): String = {  // only [A-Za-z0-9_]: Spark's PrometheusServlet turns the rest into `_`
+    val clean = raw.map(c => if (c.isLetterOrDigit && c < 128 || c == '_') c else '_')
     if (clean == raw && raw.nonEmpty) raw else s"${clean.take(60)}_${(raw.hashCode & 0xffffff).toHexString}"
   }
 
@@ -99,7 +104,9 @@ object RegionalMetrics {
 final class QuerySource(view: QueryView, regionsLimit: Int) extends Source {
   import RegionalMetrics._
 
-  override val sourceName: String = s"regional.${namePart(view.label)}"
+  // The query id's first 8 characters keep two queries of one name apart (a stopped one stays listed), and
+  // stop one name being a prefix of another's (Spark's removeSource removes every metric under the prefix).
+  override val sourceName: String = s"regional.${namePart(view.label)}_${view.id.take(8)}"
   override val metricRegistry: MetricRegistry = new MetricRegistry
   private val regionGauges = new ConcurrentHashMap[String, String]()  // metric name prefix -> region id
 

@@ -86,7 +86,7 @@ class RegionalPage(tab: RegionalTab) extends WebUIPage("") {
           <td>{v.ended.getOrElse("active")}</td><td>{f("epoch")}</td><td>{f("regions")}</td>
           <td class="regional-fallen-back">{f("fallen_back")}</td>
           <td>{f("oldest_ref_age_epochs")} epochs / {f("oldest_ref_age_seconds")} s</td>
-          <td>{f("dead_letters")}</td><td>{f("lag_total")}</td>
+          <td>{f("dead_letters")}</td><td>{f("lag")}</td>
         </tr>
       }}</tbody>
     </table>
@@ -117,7 +117,7 @@ class RegionalPage(tab: RegionalTab) extends WebUIPage("") {
       Epoch {f("epoch")} ({s.path("metrics").path("kind").asText("-")}), {f("regions")} regions,
       {f("fallen_back")} fallen back, {f("quarantined")} quarantined, oldest ref_epoch age
       {f("oldest_ref_age_epochs")} epochs / {f("oldest_ref_age_seconds")} s, {f("dead_letters")} dead letters,
-      total lag {f("lag_total")}{if (f("backoff_seconds") != "0") s", backing off ${f("backoff_seconds")} s" else ""}.
+      total lag {f("lag")}{if (f("backoff_seconds") != "0") s", backing off ${f("backoff_seconds")} s" else ""}.
       Snapshot taken {UIUtils.formatDate((s.path("taken_at").asDouble(0.0) * 1000).toLong)}.
     </p>
   }
@@ -235,9 +235,8 @@ object PrometheusText {
     val b = new StringBuilder
     val views = RegionalBoard.views.map(v => v -> RegionalBoard.snapshot(v))
     def family(name: String, help: String)(samples: Seq[(String, Double)]): Unit = {
-      // What only grows is a counter: its family drops `_total`, its samples keep it (the text format's rule).
-      val (familyName, kind) = if (name.endsWith("_total")) (name.stripSuffix("_total"), "counter") else (name, "gauge")
-      b.append(s"# HELP regional_$familyName $help\n# TYPE regional_$familyName $kind\n")
+      val kind = if (name.endsWith("_total")) "counter" else "gauge"  // what only grows (text format 0.0.4)
+      b.append(s"# HELP regional_$name $help\n# TYPE regional_$name $kind\n")
       samples.foreach { case (labels, value) => b.append(s"regional_$name{$labels} ${format(value)}\n") }
     }
     def query(v: QueryView): String = s"""query="${escape(v.label)}",query_id="${escape(v.id)}""""
@@ -246,6 +245,9 @@ object PrometheusText {
     }
     family("active", "1 while the query runs, 0 once it stopped or failed")(
       views.map { case (v, _) => query(v) -> (if (v.active) 1.0 else 0.0) })
+    family("status_age_seconds", "seconds since the figures were taken (they stop moving when the query stops)")(
+      views.flatMap { case (v, s) => s.map(n =>
+        query(v) -> (System.currentTimeMillis() / 1000.0 - n.path("taken_at").asDouble(0.0)).max(0.0)) })
     val limit = Option(SparkEnv.get).map(regionsLimit).getOrElse(DefaultRegions)
     RegionFigures.foreach { case (name, key, help) =>
       family(s"region_$name", help)(views.flatMap { case (v, s) =>
