@@ -4,8 +4,9 @@ Phase two asks for a snapshot after each recorded epoch; a thread of the driver'
 when the epoch is done, at most once per ``REGIONAL_STATUS_INTERVAL_S`` (default 2 s) and at most a twentieth of a core
 (a snapshot of 1,000 regions takes about 50 ms, of 10,000 about 0.5 s: one every 10 s), so the epoch never waits
 for it.
-A stopped or failed query's source writes one last snapshot synchronously (``RegionalStreamReader.stop``), so the tab
-shows how a query ended. The snapshot is a view: a failure to write it is logged and never fails an epoch.
+A stopped or failed query's source writes one last snapshot, waiting for it at most 10 s
+(``RegionalStreamReader.stop``), so the tab shows how a query ended. The snapshot is a view: a failure to write
+it is logged and never fails an epoch.
 """
 
 from __future__ import annotations
