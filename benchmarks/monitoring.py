@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = markers("monitoring")
 
 
-def child(work: Path, monitoring: bool, per_epoch: int) -> dict[str, float]:
+def child(work: Path, monitoring: bool, per_epoch: int, rows: int) -> dict[str, float]:
     """In the driver process of one setting: scenario 1's regional run, then scenario 4a's epoch latency."""
     import regional
     from benchmarks.many_regions import epoch_latency
@@ -68,7 +68,6 @@ def child(work: Path, monitoring: bool, per_epoch: int) -> dict[str, float]:
     warm = work / "warm-up"  # one small query first: the JVM and the Python workers warm
     write_input(warm / "in", 1000, 1, LINE_PAD)
     regional_query(spark, warm / "in", warm / "out", warm / "ck", 1000).awaitTermination()
-    rows = sum(1 for f in (work / "in").rglob("*.txt") for _ in f.open())
     seconds = timed(lambda: regional_query(spark, work / "in", work / "out", work / "ck", per_epoch))
     assert delta_rows(work / "out") == rows, "the regional query lost or doubled rows"
     latency, _ = epoch_latency(spark, work, 1000)
@@ -85,11 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files-per-region", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
-    parser.add_argument("--child", nargs=3, metavar=("WORK", "MONITORING", "PER_EPOCH"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=4, metavar=("WORK", "MONITORING", "PER_EPOCH", "ROWS"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        work, monitoring, per_epoch = Path(args.child[0]), args.child[1] == "on", int(args.child[2])
-        print("RESULT " + json.dumps(child(work, monitoring, per_epoch)), flush=True)
+        work, monitoring, per_epoch, rows = Path(args.child[0]), args.child[1] == "on", *map(int, args.child[2:])
+        print("RESULT " + json.dumps(child(work, monitoring, per_epoch, rows)), flush=True)
         return 0
     began = time.perf_counter()
     root = Path(tempfile.mkdtemp(prefix="regional-bench-monitoring-"))
@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
                 (work / "in").symlink_to(root / "input")
                 env = {**os.environ, "REGIONAL_STATUS": setting}
                 done = subprocess.run([sys.executable, "-m", "benchmarks.monitoring", "--child", str(work), setting,
-                                       str(args.rows_per_file)], cwd=ROOT, env=env, capture_output=True, text=True)
+                                       str(args.rows_per_file), str(rows)],
+                                      cwd=ROOT, env=env, capture_output=True, text=True)
                 result = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
                 assert done.returncode == 0 and result, done.stdout[-2000:] + done.stderr[-3000:]
                 results[setting].append(json.loads(result[0][len("RESULT "):]))

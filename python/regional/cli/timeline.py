@@ -77,7 +77,7 @@ def draw(st: QueryStatus, out: str | Path) -> Path:
                                           gridspec_kw={"width_ratios": [5, 1]})
     # A shared row shows a fault in full colour even if one region of many had it (it needs attention);
     # committed work fades towards white as fewer of the row's regions had any, so a busy row reads darker.
-    pixels = [[_fade(to_rgb(LEGEND[code][1]), 1.0 if code >= DEAD_LETTERED else share)
+    pixels = [[_fade(to_rgb(LEGEND[code][1]), _strength(code, share))
                for code, share in zip(row, row_shares, strict=True)]
               for row, row_shares in zip(cells, shares, strict=True)]
     grid_ax.imshow(pixels, aspect="auto", interpolation="nearest",
@@ -130,7 +130,7 @@ def svg(st: QueryStatus) -> str:
         out.append(f'<text x="{label_w - 4}" y="{y + 11}" text-anchor="end">{escape(label[:36])}</text>')
         for column, (code, share) in enumerate(zip(codes, row_shares, strict=True)):
             name, colour = LEGEND[code]
-            opacity = 1.0 if code >= DEAD_LETTERED else 0.25 + 0.75 * share
+            opacity = _strength(code, share)
             out.append(f'<rect x="{label_w + column * cell}" y="{y}" width="{cell - 1}" height="{cell - 1}" '
                        f'fill="{colour}" fill-opacity="{opacity:.2f}"><title>epoch {epochs[column]}: {name}'
                        '</title></rect>')
@@ -144,7 +144,12 @@ def svg(st: QueryStatus) -> str:
     return "".join(out)
 
 
-def _fade(colour: tuple[float, float, float], share: float) -> tuple[float, float, float]:
-    """``colour`` mixed with white: full at share 1, a quarter at share 0 (one region of many stays visible)."""
-    strength = 0.25 + 0.75 * share
+def _strength(code: int, share: float) -> float:
+    """How strongly a cell shows its colour (the PNG's and the SVG's): a fault in full, whatever share of a row's
+    regions had it; other outcomes full at share 1, a quarter at share 0 (one region of many stays visible)."""
+    return 1.0 if code >= DEAD_LETTERED else 0.25 + 0.75 * share
+
+
+def _fade(colour: tuple[float, float, float], strength: float) -> tuple[float, float, float]:
+    """``colour`` mixed with white: itself at strength 1."""
     return tuple(1.0 + (c - 1.0) * strength for c in colour)  # type: ignore[return-value]

@@ -261,15 +261,25 @@ class ObjectStorage(Storage):
         try:
             result = _retrying(lambda: obstore.put(self.store, self.key(name), _encode(body), mode={"e_tag": etag}))
         except (PreconditionError, FileNotFoundError):
-            current = self._get(name)
-            if current is not None and decode_holder(current[0]) == body:  # our own retried PUT had landed
-                self._hold(name, body, current[1], sent)
+            ours = self._lease_etag_if_holding(name, body)  # our own retried PUT had landed
+            if ours is not None:
+                self._hold(name, body, ours, sent)
                 return None
             return theirs
         except Exception as exc:
             raise self._fail("take over the lease", name, exc) from None
         self._hold(name, body, str(result["e_tag"]), sent)
         return None
+
+    def _lease_etag_if_holding(self, name: str, body: dict[str, Any]) -> str | None:
+        """A lease PUT refused as if another driver got there first may be our own retried PUT whose first try
+        landed: the lease's ETag if it holds exactly ``body`` (a token per driver), else None (another's, or
+        unreadable now)."""
+        try:
+            current = self._get(name)
+        except Exception:
+            return None
+        return current[1] if current is not None and decode_holder(current[0]) == body else None
 
     def _hold(self, name: str, body: dict[str, Any], etag: str, sent: float) -> None:
         where = self.describe(name)
@@ -324,7 +334,7 @@ class _Lease:
                 result = obstore.put(self.storage.store, self.storage.key(self.name), _encode(body),
                                      mode={"e_tag": self.etag})
             except (PreconditionError, FileNotFoundError):
-                etag = self._ours_after_retry(body)
+                etag = self.storage._lease_etag_if_holding(self.name, body)
                 if etag is None:
                     self.lost, self.why = True, "another driver replaced it"
                     return
@@ -333,15 +343,6 @@ class _Lease:
             except Exception:  # transient: renew again next time; held() turns it lost at expiry
                 continue
             self.etag, self.renewed = str(result["e_tag"]), sent
-
-    def _ours_after_retry(self, body: dict[str, Any]) -> str | None:
-        """A renewal refused as if replaced may be our own retried PUT whose first try landed: the ETag of the
-        lease if it holds exactly ``body``, else None (it is another driver's)."""
-        try:
-            current = self.storage._get(self.name)
-        except Exception:
-            return None
-        return current[1] if current is not None and decode_holder(current[0]) == body else None
 
     def release(self) -> None:
         """At a clean end: mark the lease released if it is still ours (a conditional PUT on its ETag, so that a

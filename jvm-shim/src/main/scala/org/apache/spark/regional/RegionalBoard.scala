@@ -46,7 +46,7 @@ object RegionalBoard {
     // Spark's error holds the whole stack trace (Python's too): its first line says what failed.
     view.ended = Some(error.map(e => s"failed: ${e.linesIterator.find(_.trim.nonEmpty).getOrElse("").take(300)}")
       .getOrElse("stopped"))
-    view.readAt = 0L  // the source wrote a last snapshot at stop: read it at the next look
+    view.readAt = 0L  // the source wrote a last snapshot at stop: `refresh` reads it once more
   }
 
   def views: Seq[QueryView] = queries.values().asScala.toSeq.sortBy(v => -v.startedAt)
@@ -83,6 +83,10 @@ object RegionalBoard {
       }
     }
   }
+
+  /** Seconds since `snapshot` was taken (its figures stop moving when the query stops or hangs). */
+  def age(snapshot: JsonNode): Double =
+    (System.currentTimeMillis() / 1000.0 - snapshot.path("taken_at").asDouble(0.0)).max(0.0)
 
   /** The snapshot's `metrics.<key>` (a dotted path), if it is a number. */
   def figure(node: JsonNode, path: String): Option[Double] = {

@@ -95,6 +95,13 @@ object RegionalMetrics {
     if (clean == raw && raw.nonEmpty) raw else s"${clean.take(60)}_${(raw.hashCode & 0xffffff).toHexString}"
   }
 
+  /** A region row's figure: a null age means the region is current (0); a null lag means the source has not
+    * said where the region ends (NaN: unknown, never 0). */
+  def regionValue(row: JsonNode, key: String): Double = {
+    val value = row.path(key)
+    if (value.isNumber) value.asDouble() else if (value.isNull && key.startsWith("ref_age")) 0.0 else Double.NaN
+  }
+
   /** The regions with the largest lag (ties: by id), at most `limit`. */
   def topRegions(node: JsonNode, limit: Int): Seq[(String, JsonNode)] =
     node.path("regions").properties().asScala.toSeq.map(e => e.getKey -> e.getValue)
@@ -117,8 +124,7 @@ final class QuerySource(view: QueryView, regionsLimit: Int) extends Source {
     gauge(name)(RegionalBoard.snapshot(view).flatMap(RegionalBoard.figure(_, key)).getOrElse(Double.NaN))
   }
   gauge("active")(if (view.active) 1.0 else 0.0)
-  gauge("status_age_seconds")(RegionalBoard.snapshot(view).map(s =>
-    (System.currentTimeMillis() / 1000.0 - s.path("taken_at").asDouble(0.0)).max(0.0)).getOrElse(Double.NaN))
+  gauge("status_age_seconds")(RegionalBoard.snapshot(view).map(RegionalBoard.age).getOrElse(Double.NaN))
 
   /** Gauges for the regions with the largest lag now; those that left the top set are removed. */
   def updateRegions(): Unit = {
@@ -135,11 +141,6 @@ final class QuerySource(view: QueryView, regionsLimit: Int) extends Source {
     }
   }
 
-  def regionFigure(id: String, key: String): Double = RegionalBoard.snapshot(view).map { s =>
-    val value = s.path("regions").path(id).path(key)
-    // A null age means the region is current (0); a null lag means the source has not said where it ends.
-    if (value.isNumber) value.asDouble() else if (value.isNull && key.startsWith("ref_age")) 0.0 else Double.NaN
-  }.getOrElse(Double.NaN)
-
-  def regionIds: Map[String, String] = regionGauges.asScala.toMap
+  def regionFigure(id: String, key: String): Double =
+    RegionalBoard.snapshot(view).map(s => regionValue(s.path("regions").path(id), key)).getOrElse(Double.NaN)
 }

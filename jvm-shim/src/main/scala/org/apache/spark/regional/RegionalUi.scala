@@ -246,17 +246,12 @@ object PrometheusText {
     family("active", "1 while the query runs, 0 once it stopped or failed")(
       views.map { case (v, _) => query(v) -> (if (v.active) 1.0 else 0.0) })
     family("status_age_seconds", "seconds since the figures were taken (they stop moving when the query stops)")(
-      views.flatMap { case (v, s) => s.map(n =>
-        query(v) -> (System.currentTimeMillis() / 1000.0 - n.path("taken_at").asDouble(0.0)).max(0.0)) })
+      views.flatMap { case (v, s) => s.map(n => query(v) -> RegionalBoard.age(n)) })
     val limit = Option(SparkEnv.get).map(regionsLimit).getOrElse(DefaultRegions)
+    val top = views.map { case (v, s) => v -> s.toSeq.flatMap(topRegions(_, limit)) }  // sorted once per query
     RegionFigures.foreach { case (name, key, help) =>
-      family(s"region_$name", help)(views.flatMap { case (v, s) =>
-        s.toSeq.flatMap(topRegions(_, limit)).map { case (id, row) =>
-          val value = row.path(key)
-          val number = if (value.isNumber) value.asDouble()
-            else if (value.isNull && key.startsWith("ref_age")) 0.0 else Double.NaN
-          s"""${query(v)},region="${escape(id)}"""" -> number
-        }
+      family(s"region_$name", help)(top.flatMap { case (v, regions) =>
+        regions.map { case (id, row) => s"""${query(v)},region="${escape(id)}"""" -> regionValue(row, key) }
       })
     }
     b.toString
