@@ -6,15 +6,28 @@ commit message (``encode_records``); the driver's phase two (``regional.coordina
 dead-letter sink's rows (``dead_letter_rows``): the source's own columns (``region``, ``offset``, then
 ``value``; Kafka's ``key``, ``topic``, ``partition``, ``timestamp``, ...), then ``epoch`` and ``error``
 (the exception's class and message). The sink is a target (``regional.targets.dead_letter_target``).
+
+A replay (``source=deadLetters``, ``regional.inputs.deadletters``) reads them back and marks each record it
+replayed in the table itself (``REPLAY_COLUMNS``: which query, which epoch); ``summary`` is what
+``python -m regional dead-letters`` prints.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
 import pyarrow as pa
 
 from regional.errors import RegionalConfigError, RegionalPlanError
+from regional.location import Location, parse_location
+from regional.storage.config import delta_options
 
 DEAD_LETTER_COLUMNS = ("epoch", "error")
+REPLAYED_BY, REPLAYED_EPOCH = "replayed_by", "replayed_epoch"
+REPLAY_COLUMNS = (REPLAYED_BY, REPLAYED_EPOCH)  # added to a dead-letter table by its first replay
+DEAD_LETTER_TABLE = "dead_letters"  # the table's name in the SQL that reads it
 
 
 def encode_records(batches: list[pa.RecordBatch], schema: pa.Schema) -> bytes:
@@ -45,3 +58,115 @@ def dead_letter_rows(payload: bytes, region: str, offset: int, epoch: int, error
                                 f"regions {sorted(set(map(str, regions)))[:3]}, offsets {offsets[:3]}")
     return (records.append_column("epoch", pa.array([epoch] * n, pa.int64()))
             .append_column("error", pa.array([error] * n, pa.string())))
+
+
+_ERROR_CLASS = re.compile(r"^\s*([A-Za-z_][\w.$]*)\s*:")
+
+
+def error_class(error: str | None) -> str:
+    """The exception's class of a dead letter's ``error`` ("ValueError: bad record" -> "ValueError")."""
+    found = _ERROR_CLASS.match(error or "")
+    return found.group(1) if found else "unknown"
+
+
+@dataclass
+class RegionLetters:
+    records: int = 0
+    waiting: int = 0  # not replayed yet
+    oldest: tuple[int, int] | None = None  # (epoch, offset)
+    newest: tuple[int, int] | None = None
+
+    def add(self, epoch: int, offset: int, replayed: bool) -> None:
+        self.records += 1
+        self.waiting += not replayed
+        self.oldest = min(self.oldest or (epoch, offset), (epoch, offset))
+        self.newest = max(self.newest or (epoch, offset), (epoch, offset))
+
+
+@dataclass
+class DeadLetterSummary:
+    """A dead-letter table at a glance: counts by region and by error class, the oldest and newest letters."""
+
+    table: str
+    version: int
+    records: int = 0
+    replayed: int = 0
+    regions: dict[str, RegionLetters] = field(default_factory=dict)
+    error_classes: dict[str, int] = field(default_factory=dict)
+    oldest: dict[str, Any] | None = None  # epoch, region, offset, error
+    newest: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"table": self.table, "version": self.version, "records": self.records, "replayed": self.replayed,
+                "waiting": self.records - self.replayed,
+                "by_region": {r: {"records": g.records, "waiting": g.waiting,
+                                  "oldest": _point(g.oldest), "newest": _point(g.newest)}
+                              for r, g in sorted(self.regions.items())},
+                "by_error_class": dict(sorted(self.error_classes.items(), key=lambda kv: (-kv[1], kv[0]))),
+                "oldest": self.oldest, "newest": self.newest}
+
+
+def _point(at: tuple[int, int] | None) -> dict[str, int] | None:
+    return None if at is None else {"epoch": at[0], "offset": at[1]}
+
+
+def summary(path: str) -> DeadLetterSummary:
+    """Read the dead-letter table at ``path`` (local or an object store) and summarise it."""
+    location = parse_location("table", path)
+    table = open_table(location)
+    if table is None:
+        raise RegionalConfigError(f"there is no Delta table at {location}: a dead-letter table is created by its "
+                                  "query's first dead letter (deadLetterPath)") from None
+    names = [f.name for f in pa.schema(table.schema().to_arrow())]
+    missing = [c for c in ("region", "offset", *DEAD_LETTER_COLUMNS) if c not in names]
+    if missing:
+        raise RegionalConfigError(f"the Delta table at {location} is not a regional dead-letter table: it has no "
+                                  f"column(s) {missing}")
+    # Through delta-rs's DataFusion: pyarrow's dataset reader of delta-rs tables aborts at exit (pyarrow 22).
+    marked = f", {REPLAYED_BY}" if REPLAYED_BY in names else ""
+    rows = query_table(table, f'SELECT region, "offset", epoch, error{marked} FROM {DEAD_LETTER_TABLE}').to_pydict()
+    out = DeadLetterSummary(str(location), table.version())
+    replays = rows.get(REPLAYED_BY) or [None] * len(rows["region"])
+    for region, offset, epoch, error, by in zip(rows["region"], rows["offset"], rows["epoch"], rows["error"],
+                                                replays, strict=True):
+        out.records += 1
+        out.replayed += by is not None
+        out.regions.setdefault(str(region), RegionLetters()).add(int(epoch), int(offset), by is not None)
+        kind = error_class(error)
+        out.error_classes[kind] = out.error_classes.get(kind, 0) + 1
+        letter = {"epoch": int(epoch), "region": str(region), "offset": int(offset), "error": error}
+        if out.oldest is None or (letter["epoch"], letter["offset"]) < (out.oldest["epoch"], out.oldest["offset"]):
+            out.oldest = letter
+        if out.newest is None or (letter["epoch"], letter["offset"]) > (out.newest["epoch"], out.newest["offset"]):
+            out.newest = letter
+    return out
+
+
+def open_table(location: Location, version: int | None = None) -> Any:
+    """The Delta table at ``location`` (at ``version``), or None when there is none."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return DeltaTable(str(location), version=version, storage_options=delta_options(location))
+    except TableNotFoundError:
+        return None
+
+
+def table_columns(table: Any) -> list[str]:
+    return [f.name for f in table.schema().fields]
+
+
+def query_table(table: Any, sql: str) -> pa.Table:
+    """``sql`` over the table (named ``dead_letters``), through delta-rs's DataFusion. Not pyarrow's dataset:
+    delta-rs rewrites files with view types on UPDATE, which pyarrow 22 cannot filter, and its reader of a
+    delta-rs table often aborts the process at exit ("terminate called without an active exception")."""
+    from deltalake import QueryBuilder
+
+    reader = QueryBuilder().register(DEAD_LETTER_TABLE, table).execute(sql)
+    return pa.RecordBatchReader.from_stream(reader).read_all()
+
+
+def sql_text(value: str) -> str:
+    """A SQL string literal: region ids and query ids come from the outside world."""
+    return "'" + str(value).replace("'", "''") + "'"

@@ -1,4 +1,4 @@
-"""``python -m regional``: ``status``, ``timeline`` and ``build-shim``."""
+"""``python -m regional``: ``status``, ``timeline``, ``dead-letters`` and ``build-shim``."""
 
 from __future__ import annotations
 
@@ -20,6 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     draw.add_argument("checkpoint", help="the query's checkpointLocation")
     draw.add_argument("-o", "--output", default="timeline.png", help="the PNG to write (default timeline.png)")
     draw.add_argument("--epochs", type=int, default=200, metavar="K", help="the newest K epochs (default 200)")
+    letters = commands.add_parser("dead-letters", help="a dead-letter table: counts by region and error class, "
+                                  "oldest and newest, how many are waiting for a replay")
+    letters.add_argument("table", help="the dead-letter table (a query's deadLetterPath)")
+    letters.add_argument("--json", action="store_true", help="machine-readable")
     commands.add_parser("build-shim", help="compile the JVM shim into the package (uses pyspark's Scala compiler)")
     args = parser.parse_args(argv)
     try:
@@ -27,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
             from regional.shim_jar import build
 
             print(f"built {build()}")
+        elif args.command == "dead-letters":
+            from regional.cli.dead_letters import show as show_dead_letters
+
+            show_dead_letters(args.table, args.json)
         elif args.command == "timeline":
             from regional.cli.timeline import draw as draw_timeline
             from regional.store.status import status

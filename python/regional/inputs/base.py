@@ -7,9 +7,11 @@ offset order, stopping exactly at ``end``.
 
 An input whose log can lose its oldest records (Kafka's retention) is a ``RetainedInput``: it also
 says where each region's log begins now (``log_starts``), where the regions present when a new
-query starts begin (``starting_offsets``), whether losing records fails the query
-(``fail_on_data_loss``), and hears each recorded epoch (``on_recorded``). Other inputs start every
-region at 0 and never lose records.
+query starts begin (``starting_offsets``) and whether losing records fails the query
+(``fail_on_data_loss``). Other inputs start every region at 0 and never lose records.
+
+An input that acts on what was published (Kafka's commitOffsetsToGroup; the dead-letter source marks the
+records it replayed) is an ``AcknowledgingInput``: it hears each recorded epoch (``on_recorded``).
 
 An input whose offsets mean something only together with state it keeps (the files source: which file
 holds which offsets) is also a ``StoredInput``: the reader hands it the query's store once, on the driver, and
@@ -46,6 +48,10 @@ class RegionInput(ABC, Generic[Split]):
 
     schema: pa.Schema  # region STRING, offset BIGINT, then the source's own columns
     schema_ddl: str  # the same, as Spark DDL
+    # How many offsets beside a record isolated as poison its probe reads, to show that records beside it pass
+    # (``protocol.plan.probe_range``); None: the plan's default, a few. A sparse log (the dead-letter source,
+    # whose offsets are the original records') sets more, so that its probe finds records at all.
+    probe_span: int | None = None
 
     def ends(self) -> dict[str, int] | None:
         """A bounded input's final end offset per region; None (the default) when it may grow for ever."""
@@ -63,6 +69,11 @@ class RegionInput(ABC, Generic[Split]):
     def read(self, region: str, start: int, end: int, split: Split,
              batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
         """In the task: the records ``[start, end)`` of ``region``, in offset order."""
+
+    def table_location(self) -> str | None:
+        """Where the input's records live, when a query could write there too (a table): a query's dead letters
+        must never go into its own input. Default: None."""
+        return None
 
 
 class RetainedInput(ABC):
@@ -90,8 +101,18 @@ class RetainedInput(ABC):
         read any more: a change between restarts, not data loss). Default: every region."""
         return True
 
+
+class AcknowledgingInput(ABC):
+    """An ability, mixed into a ``RegionInput`` that acts on what each epoch published; checked with
+    ``isinstance``. Driver side.
+
+    ``on_recorded`` is called at least once per recorded epoch, in epoch order, and always before the next
+    epoch is planned (a restarted driver hears its newest record again first); raising fails the query.
+    What it does must be idempotent."""
+
+    @abstractmethod
     def on_recorded(self, record: EpochRecord) -> None:
-        """After an epoch is recorded (e.g. commit the committed offsets to a consumer group). Default: nothing."""
+        """After ``record`` is recorded: e.g. commit the committed offsets to a consumer group."""
 
 
 class StoredInput(ABC):
@@ -110,10 +131,10 @@ class StoredInput(ABC):
 def load_input(options: Mapping[str, str]) -> RegionInput[Any]:
     """Build the input named by the source's ``source`` option."""
     name = options.get("source") or ""
-    module = find_plugin("regional.inputs", name)
+    module = find_plugin("regional.inputs", name.lower())  # Spark's format names ignore case too
     if module is None:
         raise RegionalConfigError(
-            f"unknown source {name!r}: add .option('source', 'files'), 'kafka' or 'generator' to "
+            f"unknown source {name!r}: add .option('source', 'files'), 'kafka', 'deadLetters' or 'generator' to "
             "readStream"
         )
     return module.create(dict(options))

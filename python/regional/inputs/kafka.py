@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalError, RegionalStoreError
-from regional.inputs.base import BATCH_ROWS, RegionInput, RetainedInput, StoredInput
+from regional.inputs.base import BATCH_ROWS, AcknowledgingInput, RegionInput, RetainedInput, StoredInput
 from regional.protocol.settings import parse_bool, parse_int
 from regional.store.model import EpochRecord
 
@@ -92,7 +92,7 @@ def region_of(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
-class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput):
+class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, AcknowledgingInput):
     schema_ddl: str
     schema: pa.Schema
 

@@ -135,6 +135,7 @@ def plan_epoch(
     force_reason: str | None = None,
     first_offsets: Mapping[str, int] | None = None,
     retention: Retention | None = None,
+    probe_span: int | None = None,
 ) -> EpochPlan:
     """Plan ``epoch``: each known region from its committed offset to what is available.
 
@@ -144,7 +145,8 @@ def plan_epoch(
     bounded input's final ends: the plan that reaches them everywhere is final. ``retention``: records
     below a region's log start are gone; the plan skips them (recorded in ``lost``) or fails. A region
     that is isolating a poison record (``deadLetterPath``) reads the first half of its suspect range. With
-    ``regionTimeout``, a straggler reads no more than its ``timed_range`` (see ``timed_range``).
+    ``regionTimeout``, a straggler reads no more than its ``timed_range`` (see ``timed_range``). ``probe_span``:
+    how many offsets beside an isolated record its probe reads (default ``PROBE_SPAN``).
     """
     backlog: dict[str, tuple[int, int]] = {}
     lost: dict[str, tuple[int, int]] = {}
@@ -178,7 +180,8 @@ def plan_epoch(
             end = min(end, isolation_end(start, state.isolating))
             if end == start + 1 == state.isolating[1]:
                 alone.add(region)
-                probe = probe_range(start, available.get(region, start), log_starts.get(region, 0))
+                probe = probe_range(start, available.get(region, start), log_starts.get(region, 0),
+                                    probe_span or PROBE_SPAN)
                 if probe is not None:
                     probes[region] = probe
         if max_per_region is not None:
@@ -196,16 +199,17 @@ def plan_epoch(
     return EpochPlan(query_id, epoch, store, ranges, settings, final, force_reason, lost, probed)
 
 
-PROBE_SPAN = 8  # neighbours a probe reads (several: a Kafka offset may hold no record)
+PROBE_SPAN = 8  # offsets a probe reads (several: a Kafka offset may hold no record)
 
 
-def probe_range(suspect: int, end: int, first: int) -> tuple[int, int] | None:
-    """The neighbours of an isolated record at ``suspect`` that its probe reads in the same epoch: those before it
-    (already committed: they passed once, and must pass again now), else those after it; None when it has none."""
+def probe_range(suspect: int, end: int, first: int, span: int = PROBE_SPAN) -> tuple[int, int] | None:
+    """The neighbours of an isolated record at ``suspect`` that its probe reads in the same epoch: ``span``
+    offsets before it (already committed: they passed once, and must pass again now), else after it; None when it
+    has none."""
     if suspect > first:
-        return max(first, suspect - PROBE_SPAN), suspect
+        return max(first, suspect - span), suspect
     if end > suspect + 1:
-        return suspect + 1, min(end, suspect + 1 + PROBE_SPAN)
+        return suspect + 1, min(end, suspect + 1 + span)
     return None
 
 

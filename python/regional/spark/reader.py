@@ -20,7 +20,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from regional.dead_letters import encode_records
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs import load_input
-from regional.inputs.base import RetainedInput, StoredInput
+from regional.inputs.base import AcknowledgingInput, RetainedInput, StoredInput
 from regional.protocol.plan import INITIAL_EPOCH, EpochPlan, RegionRange, Retention, initial_offset, plan_epoch
 from regional.protocol.settings import Settings, parse_optional_int, resolve_settings
 from regional.spark.status_publisher import PUBLISHER, enabled
@@ -92,6 +92,11 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     "where the JVM shim's listener could not record them, its warning in the driver's log says why)"
                 )
             settings = resolve_settings(self.conf, self.options, written)
+            source = self.input.table_location()
+            if source is not None and settings.dead_letter_path == source:
+                raise RegionalConfigError(
+                    f"deadLetterPath={source} is this query's own input: its dead letters would be read again. Give "
+                    "the query its own dead-letter table (a replay's records that fail again go there)")
             if not self.store.plan_allows_regional_epochs():
                 settings = settings.all_or_nothing()  # the JVM shim found an operator that mixes regions
             self.settings = settings
@@ -149,7 +154,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                           self.resolved_settings(), per_region, total,
                           ends=self.available_now if self.available_now is not None else self.input.ends(),
                           force_reason="a graceful stop asked for a final global epoch" if stopping else None,
-                          first_offsets=first_offsets, retention=retention)
+                          first_offsets=first_offsets, retention=retention, probe_span=self.input.probe_span)
         for region, (gone_from, go_on) in sorted(plan.lost.items()):
             if (region, gone_from) not in self.warned_lost:
                 self.warned_lost.add((region, gone_from))
@@ -284,7 +289,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         of recorded epochs (Kafka's commitOffsetsToGroup) hears it here, or at the next plan, whichever first:
         Spark commits a source's last batch only when it plans the next one."""
         epoch = int(end.get("epoch", INITIAL_EPOCH))
-        if isinstance(self.input, RetainedInput) and epoch > self.told_epoch:  # no store read for other inputs
+        if isinstance(self.input, AcknowledgingInput) and epoch > self.told_epoch:  # no store read for others
             self._tell_input(self.store.read_record(epoch))
 
     def stop(self) -> None:
@@ -297,7 +302,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self.store.release_fence()
 
     def _tell_input(self, record: EpochRecord | None) -> None:
-        if record is None or record.epoch <= self.told_epoch or not isinstance(self.input, RetainedInput):
+        if record is None or record.epoch <= self.told_epoch or not isinstance(self.input, AcknowledgingInput):
             return
         self.input.on_recorded(record)
         self.told_epoch = record.epoch

@@ -67,6 +67,15 @@ def object_store_options(location: Location, conf: Mapping[str, str] | None = No
     return {}
 
 
+def delta_options(location: Location) -> dict[str, str] | None:
+    """delta-rs's storage options for a Delta table at ``location``: ``object_store_options``, and on S3 commits
+    made with a conditional put (If-None-Match, which S3 has had since 2024) instead of a lock service."""
+    options = object_store_options(location)
+    if location.scheme == "s3":
+        options.setdefault("conditional_put", "etag")
+    return options or None
+
+
 def redacted(options: Mapping[str, str]) -> dict[str, str]:
     """``options`` fit for a message: secrets replaced."""
     return {k: ("*****" if k in SECRET_KEYS else v) for k, v in options.items()}

@@ -39,12 +39,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from regional.dead_letters import REPLAY_COLUMNS
 from regional.errors import RegionalConfigError, RegionalStoreError
 from regional.ids import encode_region
 from regional.location import Location, parse_location
 from regional.protocol.settings import parse_bool
 from regional.storage import Storage, open_storage
-from regional.storage.config import object_store_options
+from regional.storage.config import delta_options
 from regional.targets.base import EpochReport, Target, chain_first, reason_class, require_query_id
 
 # Where regional staged files before it wrote them into the table (until 2026-11): an interrupted epoch of then
@@ -255,12 +256,7 @@ class DeltaTarget(Target[dict[str, Any] | None]):
         return str(self.table)
 
     def _delta_options(self) -> dict[str, str] | None:
-        """delta-rs's storage options: the session's (``regional.storage.config``). On S3, commits are made with
-        a conditional put (If-None-Match), which S3 has had since 2024, instead of a lock service."""
-        options = object_store_options(self.table)
-        if self.table.scheme == "s3":
-            options.setdefault("conditional_put", "etag")
-        return options or None
+        return delta_options(self.table)  # the session's (``regional.storage.config``)
 
     def _check_dead_letter_schema(self, schema: pa.Schema) -> None:
         """A table that holds other columns, or the same names with other types (another source's dead letters),
@@ -268,7 +264,8 @@ class DeltaTarget(Target[dict[str, Any] | None]):
         table = self._open()
         if table is None:
             return
-        have = _arrow_schema(table)
+        # A replay (``source=deadLetters``) adds its marks to the table; its writer leaves them null.
+        have = pa.schema([f for f in _arrow_schema(table) if f.name not in REPLAY_COLUMNS])
         problems, new = compare_schemas(delta_schema(schema), have, [], merge=False)
         if problems or new or [f.name for f in have] != schema.names:
             raise RegionalConfigError(
