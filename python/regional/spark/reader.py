@@ -296,6 +296,11 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """The query stopped (or failed): the next run need not wait out this driver's lease on an object store,
         and the Spark UI tab and metrics show how it ended."""
         try:
+            if isinstance(self.input, AcknowledgingInput):  # the last epoch, if Spark stopped before committing it
+                try:
+                    self._tell_input(self.store.latest_record())
+                except Exception as exc:  # heard again first thing at the next start
+                    log.warning("regional: the source could not hear of the last epoch at stop: %s", exc)
             if enabled():  # a view: bounded, so that a store that is down cannot hold up the stop
                 PUBLISHER.publish_final(str(self.store.checkpoint), timeout_s=10.0)
         finally:

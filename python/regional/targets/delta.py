@@ -130,7 +130,7 @@ class DeltaTarget(Target[dict[str, Any] | None]):
                 return  # published before a crash: publish nothing twice
         properties = CommitProperties(custom_metadata={"regional": _report_metadata(epoch, self.query_id, report)},
                                       app_transactions=[Transaction(self.app_id, epoch)])
-        if table is not None and staged:
+        if table is not None and staged and not self.dead_letters:  # a dead-letter table was checked above
             # The table as it is now, not as open() saw it: another writer may have changed it since.
             new_columns = self._check_schema(_schema_of(staged[0]), staged[0].get("partition_columns", []), table)
             if new_columns:
