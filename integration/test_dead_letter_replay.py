@@ -131,3 +131,36 @@ def test_a_replay_refuses_its_own_table_as_its_dead_letters_and_a_table_that_is_
         replay_stream(spark, out, tmp_path / "ck-2").schema  # noqa: B018 - the schema is what fails
     with pytest.raises(Exception, match="no Delta table"):
         replay_stream(spark, tmp_path / "nothing", tmp_path / "ck-3").schema  # noqa: B018
+
+
+def test_a_replay_reads_and_marks_a_dead_letter_table_on_s3(s3):
+    """The dead-letter source on object storage (s3proxy): the table written as the coordinator writes it, read
+    back and marked through delta-rs with the session's storage settings, and summarised by the CLI's code."""
+    import pyarrow as pa
+
+    from regional.dead_letters import dead_letter_rows, encode_records
+    from regional.inputs import load_input
+    from regional.inputs.files import SCHEMA
+    from regional.store.model import EpochKind, EpochRecord, RegionState, Slice
+    from regional.targets import dead_letter_target
+
+    table = f"{s3.create_bucket('replay')}/dlq"
+    for epoch, (region, offset) in enumerate([("a", 3), ("b", 1), ("a", 9)]):
+        batch = pa.RecordBatch.from_pydict({"region": [region], "offset": [offset], "value": [f"{region}{offset}"]},
+                                           SCHEMA)
+        rows = dead_letter_rows(encode_records([batch], SCHEMA), region, offset, epoch, "ValueError: bad")
+        sink = dead_letter_target(table, "original")
+        sink.commit(epoch, {region: sink.prepare(epoch, region, iter(rows.to_batches()))})
+
+    class Store:
+        def query_id(self) -> str:
+            return "replay-1"
+
+    source = load_input({"source": "deadLetters", "path": table})
+    source.use_store(Store())  # type: ignore[attr-defined]
+    assert source.available(0) == {"a": 10, "b": 2}
+    got = [r for b in source.read("a", 0, 10, source.split("a", 0, 10)) for r in b.to_pylist()]
+    assert got == [{"region": "a", "offset": 3, "value": "a3"}, {"region": "a", "offset": 9, "value": "a9"}]
+    source.on_recorded(EpochRecord(0, EpochKind.GLOBAL, {"a": Slice(0, 10, 2)}, {}, {"a": RegionState(10, 0)}))
+    found = summary(table)
+    assert (found.records, found.replayed, {r: g.waiting for r, g in found.regions.items()}) == (3, 2, {"a": 0, "b": 1})
