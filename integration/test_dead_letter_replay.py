@@ -164,3 +164,52 @@ def test_a_replay_reads_and_marks_a_dead_letter_table_on_s3(s3):
     source.on_recorded(EpochRecord(0, EpochKind.GLOBAL, {"a": Slice(0, 10, 2)}, {}, {"a": RegionState(10, 0)}))
     found = summary(table)
     assert (found.records, found.replayed, {r: g.waiting for r, g in found.regions.items()}) == (3, 2, {"a": 0, "b": 1})
+
+
+def test_sigkill_of_the_replay_in_phase_two_and_before_its_marks_then_restart_lands_each_record_once(spark,
+                                                                                                    tmp_path):
+    """The replay's driver killed (SIGKILL, the whole process tree) after an epoch's intent, before its record, and
+    after its record but before the table's marks; restarted. The target holds every dead letter once,
+    the table marks them all as replayed by the replay in the epochs that published them, and a second replay of
+    the table (a new checkpoint) adds nothing."""
+    from integration.helpers import run_killable
+
+    dlq, out, ck, dlq_replay, marker = (tmp_path / n for n in ("dlq", "out", "ck", "dlq-replay", "reached"))
+    records = {r: [(o, f"{r}-{o}") for o in (2, 5, 11, 12, 30)] for r in ("a", "b", "c")}
+    write_dead_letters(dlq, records)
+    args = ["integration.replay_child", str(dlq), str(out), str(ck), str(dlq_replay)]
+    for failpoint in ("before_record:1", "before_marks:2"):
+        assert run_killable(args, failpoint, marker) == "killed", failpoint
+    assert summary(str(dlq)).replayed < 15  # the last kill left an epoch's records published but unmarked
+    assert run_killable(args, None, marker) == "finished"
+
+    expected = {r: [(o, v.upper()) for o, v in rows] for r, rows in records.items()}
+    assert_exactly_once(out, expected)
+    store = Store(str(ck))
+    published = {(r, o): e.epoch for e in map(store.read_record, store.epochs())
+                 for r, s in e.committed.items() for o in range(s.start, s.end)}
+    marks = {(m["region"], m["offset"]): (m["replayed_by"], m["replayed_epoch"]) for m in letters(dlq)}
+    assert marks == {(r, o): (store.query_id(), published[(r, o)]) for r, rows in records.items() for o, _ in rows}
+    assert letters(dlq_replay) == []
+
+    before = DeltaTable(str(out)).version()
+    run_to_delta(replay_stream(spark, dlq, tmp_path / "ck-again").select("region", "offset", F.upper("value")
+                                                                         .alias("value")),
+                 out, tmp_path / "ck-again", tmp_path / "dlq-again", available_now=True)
+    assert [x for x in delta_landed(out) if x.published > before] == []
+
+
+def write_dead_letters(table: Path, records: dict[str, list[tuple[int, str]]]) -> None:
+    """Dead letters of the files source, one epoch per record, as the coordinator writes them."""
+    import pyarrow as pa
+
+    from regional.dead_letters import dead_letter_rows, encode_records
+    from regional.inputs.files import SCHEMA
+    from regional.targets import dead_letter_target
+
+    sink = dead_letter_target(str(table), "original")
+    flat = sorted(((o, r, v) for r, rows in records.items() for o, v in rows))
+    for epoch, (offset, region, value) in enumerate(flat):
+        batch = pa.RecordBatch.from_pydict({"region": [region], "offset": [offset], "value": [value]}, SCHEMA)
+        rows = dead_letter_rows(encode_records([batch], SCHEMA), region, offset, epoch, "ValueError: bad")
+        sink.commit(epoch, {region: sink.prepare(epoch, region, iter(rows.to_batches()))})

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from regional import failpoints
 from regional.dead_letters import (
     DEAD_LETTER_COLUMNS,
     DEAD_LETTER_TABLE,
@@ -134,6 +135,7 @@ class DeadLetterInput(RegionInput[DeadLetterSplit], StoredInput, AcknowledgingIn
         spans = sorted([(r, s.start, s.end) for r, s in record.committed.items()]
                        + [(r, d.offset, d.offset + 1) for r, d in record.dead_lettered.items()])
         if spans:
+            failpoints.reach("before_marks", record.epoch)
             mark_replayed(self.table, spans, self._query_id(), record.epoch)
 
     def _query_id(self) -> str:

@@ -1,0 +1,31 @@
+"""Replays a dead-letter table into a Delta target with Trigger.AvailableNow (the UDF fixed: upper-casing); the
+crash test kills it in phase two and before the table's marks.
+
+Usage: python -m integration.replay_child <dead letters> <out> <checkpoint> <the replay's dead letters>
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pyspark.sql import functions as F
+
+import regional
+
+
+def main() -> None:
+    dlq, out, ck, dlq_replay = sys.argv[1:5]
+    spark = regional.local_spark("local[2,3]", "regional-replay-child")
+    regional.register(spark)
+    df = (spark.readStream.format("regional").option("source", "deadLetters").option("path", dlq)
+          .option("checkpointLocation", ck).option("maxRecordsPerRegion", "2").load())
+    query = (df.select("region", "offset", F.upper("value").alias("value")).writeStream.format("regional")
+             .option("target", "delta").option("path", out).option("checkpointLocation", ck)
+             .option("keepRegionColumns", "true").option("deadLetterPath", dlq_replay)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    print("child finished", flush=True)
+
+
+if __name__ == "__main__":
+    main()
