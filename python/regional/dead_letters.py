@@ -25,8 +25,9 @@ from regional.location import Location, parse_location
 from regional.storage.config import delta_options
 
 DEAD_LETTER_COLUMNS = ("epoch", "error")
-REPLAYED_BY, REPLAYED_EPOCH = "replayed_by", "replayed_epoch"
-REPLAY_COLUMNS = (REPLAYED_BY, REPLAYED_EPOCH)  # added to a dead-letter table by its first replay
+REPLAYED_BY, REPLAYED_EPOCH, REPLAYED_AS = "replayed_by", "replayed_epoch", "replayed_as"
+REPLAY_COLUMNS = (REPLAYED_BY, REPLAYED_EPOCH, REPLAYED_AS)  # added to a dead-letter table by its first replay
+PUBLISHED, DEAD_LETTERED = "published", "dead-lettered"  # what replayed_as says: the replay's outcome
 DEAD_LETTER_TABLE = "dead_letters"  # the table's name in the SQL that reads it
 
 
@@ -131,6 +132,7 @@ def summary(path: str) -> DeadLetterSummary:
                                                 replays, strict=True):
         out.records += 1
         out.replayed += by is not None
+        epoch = -1 if epoch is None else epoch  # a row not written by regional's dead-letter sink
         out.regions.setdefault(str(region), RegionLetters()).add(int(epoch), int(offset), by is not None)
         kind = error_class(error)
         out.error_classes[kind] = out.error_classes.get(kind, 0) + 1

@@ -111,3 +111,11 @@ def optional_location_text(key: str, value: str | None) -> str | None:
     """An optional setting's location in its canonical spelling (what plans record); empty means not set."""
     location = optional_location(key, value)
     return None if location is None else str(location)
+
+
+def same_location(a: str, b: str) -> bool:
+    """Whether two location texts name the same place: on local disk, after resolving symbolic links."""
+    first, second = parse_location("location", a), parse_location("location", b)
+    if first.is_local and second.is_local:
+        return os.path.realpath(first.path) == os.path.realpath(second.path)
+    return str(first) == str(second)

@@ -48,10 +48,10 @@ class RegionInput(ABC, Generic[Split]):
 
     schema: pa.Schema  # region STRING, offset BIGINT, then the source's own columns
     schema_ddl: str  # the same, as Spark DDL
-    # How many offsets beside a record isolated as poison its probe reads, to show that records beside it pass
-    # (``protocol.plan.probe_range``); None: the plan's default, a few. A sparse log (the dead-letter source,
-    # whose offsets are the original records') sets more, so that its probe finds records at all.
-    probe_span: int | None = None
+    # Offsets far apart, a range of them holding few records or none (the dead-letter source keeps the original
+    # records' offsets): a record isolated as poison is then probed with every record of its region before and
+    # after it (``protocol.plan.probe_ranges``), not the few offsets beside it, so that its probes find records.
+    sparse: bool = False
 
     def ends(self) -> dict[str, int] | None:
         """A bounded input's final end offset per region; None (the default) when it may grow for ever."""
@@ -126,6 +126,10 @@ class StoredInput(ABC):
     @abstractmethod
     def use_store(self, store: Store) -> None:
         """Called once by the reader, on the driver, before ``available`` or ``split``; no I/O expected here."""
+
+    def before_splits(self, epoch: int) -> None:
+        """On the driver, when the tasks of ``epoch``'s logged plan are made (``split`` follows), at every run of
+        that plan (a restart re-runs it): keep durably what its reads must see. Default: nothing."""
 
 
 def load_input(options: Mapping[str, str]) -> RegionInput[Any]:

@@ -21,18 +21,23 @@ reads the table through delta-rs at the version the driver planned against.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from regional import failpoints
 from regional.dead_letters import (
     DEAD_LETTER_COLUMNS,
     DEAD_LETTER_TABLE,
+    DEAD_LETTERED,
+    PUBLISHED,
     REPLAY_COLUMNS,
+    REPLAYED_AS,
     REPLAYED_BY,
     REPLAYED_EPOCH,
     open_table,
@@ -47,8 +52,13 @@ from regional.store.model import EpochRecord
 
 if TYPE_CHECKING:
     from regional.store import Store
+    from regional.store.source_log import SourceLog
 
-MARK_REGIONS_PER_UPDATE = 500  # regions per marking UPDATE: its predicate names each
+log = logging.getLogger("regional")
+
+MARK_REGIONS_PER_UPDATE = 500  # regions per query of the rows an epoch read: its predicate names each
+MARK_ROWS_PER_UPDATE = 2000  # records per marking UPDATE: its predicate names each
+KEPT_VERSIONS = 4  # the table versions of the last few epochs, kept in the store
 MARK_TRIES = 5  # a marking UPDATE that lost a race with the table's writer (a Delta conflict) is tried again
 
 
@@ -67,7 +77,7 @@ class DeadLetterSplit:
 class DeadLetterInput(RegionInput[DeadLetterSplit], StoredInput, AcknowledgingInput):
     schema: pa.Schema
     schema_ddl: str
-    probe_span = 1 << 40  # a sparse log: the probe reads every record of the region before (or after) the suspect
+    sparse = True  # the original offsets: a poison record is probed with every record of its region around it
 
     def __init__(self, options: Mapping[str, str]) -> None:
         path = options.get("path")
@@ -90,7 +100,9 @@ class DeadLetterInput(RegionInput[DeadLetterSplit], StoredInput, AcknowledgingIn
                                  if f.name not in DEAD_LETTER_COLUMNS and f.name not in REPLAY_COLUMNS])
         self.schema_ddl = spark_ddl(self.schema)
         self._store: Store | None = None
-        self._version: int | None = None  # the table's version the last plan was made against
+        self._log: SourceLog | None = None
+        self._versions: dict[int, int] | None = None  # epoch -> the table's version its tasks read (the last few)
+        self._split_version: int | None = None  # the version of the epoch whose splits are being made
         self._committed: dict[str, int] = {}  # each region's committed offset, as of the last recorded epoch
 
     def table_location(self) -> str:
@@ -98,12 +110,12 @@ class DeadLetterInput(RegionInput[DeadLetterSplit], StoredInput, AcknowledgingIn
 
     def use_store(self, store: Store) -> None:
         self._store = store
+        self._log = store.source_log("deadletters")
 
     # -- on the driver ---------------------------------------------------------------------------
 
     def available(self, epoch: int) -> dict[str, int]:
         table = self._open()
-        self._version = table.version()
         marked = REPLAYED_BY in table_columns(table)
         marks_column = f", {REPLAYED_BY}" if marked else ""
         rows = query_table(table, f'SELECT region, "offset"{marks_column} FROM {DEAD_LETTER_TABLE}')
@@ -111,32 +123,68 @@ class DeadLetterInput(RegionInput[DeadLetterSplit], StoredInput, AcknowledgingIn
         marks = rows.column(REPLAYED_BY).to_pylist() if marked else [None] * len(regions)
         ends: dict[str, int] = {}
         late: list[tuple[str, int]] = []
+        replayed: set[tuple[str, int]] = set()
         for region, offset, by in zip(regions, offsets, marks, strict=True):
             ends[region] = max(ends.get(region, 0), offset + 1)
             if by is None and offset < self._committed.get(region, 0):
                 late.append((region, offset))
+            elif by is not None:
+                replayed.add((region, offset))
         if late:
             region, offset = min(late)
+            again = [k for k in late if k in replayed]
             raise RegionalStoreError(
                 f"source=deadLetters: {len(late)} record(s) reached the dead-letter table {self.table} after this "
                 f"replay had passed their offsets (e.g. region {region!r} at offset {offset}, below its committed "
                 f"offset {self._committed[region]}): two queries share the table, or its query started again from "
-                "earlier offsets. This replay would never read them; replay them with a new checkpointLocation (it "
-                "takes only records no replay has marked)")
+                "earlier offsets. This replay would never read them. "
+                + (f"{len(again)} of them (e.g. region {again[0][0]!r} at offset {again[0][1]}) have the region "
+                   "and offset of a record already replayed: the same record dead-lettered twice; delete those rows "
+                   "from the table rather than replay them again. " if again else "")
+                + "Replay the rest with a new checkpointLocation (it takes only records no replay has marked)")
         return ends
 
+    def before_splits(self, epoch: int) -> None:
+        """The epoch's tasks read the table at one version, kept in the store: a restart's re-run reads the same
+        rows, and the marks after the epoch cover exactly the rows it read, not one that arrived since."""
+        versions = self._load_versions()
+        version = versions.get(epoch)
+        if version is None:
+            version = self._open().version()
+            versions[epoch] = version
+            for old in sorted(versions)[:-KEPT_VERSIONS]:
+                del versions[old]
+            assert self._log is not None
+            self._log.write_snapshot({"versions": {str(e): v for e, v in versions.items()}})
+        self._split_version = version
+
     def split(self, region: str, start: int, end: int) -> DeadLetterSplit:
-        version = self._version if self._version is not None else self._open().version()
-        return DeadLetterSplit(version, self._query_id())
+        if self._split_version is None:
+            raise RegionalStoreError("source=deadLetters: split() before before_splits(): a reader bug")
+        return DeadLetterSplit(self._split_version, self._query_id())
 
     def on_recorded(self, record: EpochRecord) -> None:
-        """Mark what ``record`` published or dead-lettered again as replayed by this query in that epoch."""
+        """Mark what ``record`` published or dead-lettered again as replayed by this query in that epoch: the rows
+        its tasks read, at the version they read."""
         self._committed = {r: s.committed_offset for r, s in record.regions.items()}
-        spans = sorted([(r, s.start, s.end) for r, s in record.committed.items()]
-                       + [(r, d.offset, d.offset + 1) for r, d in record.dead_lettered.items()])
-        if spans:
-            failpoints.reach("before_marks", record.epoch)
-            mark_replayed(self.table, spans, self._query_id(), record.epoch)
+        published = sorted((r, s.start, s.end) for r, s in record.committed.items())
+        dead = sorted((r, d.offset, d.offset + 1) for r, d in record.dead_lettered.items())
+        if not (published or dead):
+            return
+        version = self._load_versions().get(record.epoch)
+        if version is None:  # planned by a regional without versions: the table as it is now
+            log.warning("regional: source=deadLetters: no table version kept for epoch %d; marking its ranges in "
+                        "the table as it is now", record.epoch)
+        failpoints.reach("before_marks", record.epoch)
+        mark_replayed(self.table, version, published, dead, self._query_id(), record.epoch)
+
+    def _load_versions(self) -> dict[int, int]:
+        if self._versions is None:
+            assert self._log is not None, "use_store() first"
+            loaded = self._log.load()  # snapshots only: each holds the last few epochs' versions
+            state = loaded[0] if loaded else {"versions": {}}
+            self._versions = {int(e): int(v) for e, v in state["versions"].items()}
+        return self._versions
 
     def _query_id(self) -> str:
         query_id = self._store.query_id() if self._store is not None else None
@@ -157,40 +205,73 @@ class DeadLetterInput(RegionInput[DeadLetterSplit], StoredInput, AcknowledgingIn
         table = open_table(self.table, split.version)
         if table is None:
             raise RegionalStoreError(f"source=deadLetters: the dead-letter table {self.table} is gone; restore it")
-        # Records another replay marked are not read; this one's own marks are (a re-run of a recorded epoch).
-        mine = (f" AND ({REPLAYED_BY} IS NULL OR {REPLAYED_BY} = {sql_text(split.query_id)})"
-                if REPLAYED_BY in table_columns(table) else "")
+        # Records another replay marked are not read. This one's own published records are (its probes read them,
+        # and a re-run of a recorded epoch); its own dead-lettered again are not (a probe would fail on them).
+        mine = (f" AND ({REPLAYED_BY} IS NULL OR ({REPLAYED_BY} = {sql_text(split.query_id)} AND {REPLAYED_AS} = "
+                f"{sql_text(PUBLISHED)}))" if REPLAYED_AS in table_columns(table) else "")
         columns = ", ".join(sql_name(n) for n in self.schema.names)
         rows = query_table(table, f'SELECT {columns} FROM {DEAD_LETTER_TABLE} WHERE region = {sql_text(region)} '
                                   f'AND "offset" >= {int(start)} AND "offset" < {int(end)}{mine} ORDER BY "offset"')
-        yield from rows.cast(self.schema).to_batches(max_chunksize=batch_rows)
+        rows = rows.cast(self.schema)  # plain types (DataFusion hands out views), which every kernel takes
+        offsets = rows.column("offset").to_numpy()
+        if len(offsets) > 1 and (offsets[1:] == offsets[:-1]).any():  # one record dead-lettered twice: read once
+            rows = rows.filter(pa.array(np.concatenate([[True], offsets[1:] != offsets[:-1]])))
+        yield from rows.to_batches(max_chunksize=batch_rows)
 
 
-def mark_replayed(location: Location, spans: list[tuple[str, int, int]], query_id: str, epoch: int) -> None:
-    """Mark the records of ``spans`` (region, start, end) that no replay has marked yet: replayed by ``query_id``
-    in ``epoch``. Idempotent: a record marked already is left as it is."""
+def mark_replayed(location: Location, version: int | None, published: list[tuple[str, int, int]],
+                  dead: list[tuple[str, int, int]], query_id: str, epoch: int) -> None:
+    """Mark the records of the spans (region, start, end) that the epoch read (at ``version``; None: as the table
+    is now) and no replay has marked yet: replayed by ``query_id`` in ``epoch``, as ``published`` or dead-lettered
+    again. Idempotent: a record marked already is left as it is."""
     from deltalake import CommitProperties
     from deltalake.exceptions import CommitFailedError
 
+    read = _rows_read(location, version, published + dead, query_id)
+    for outcome, spans in ((PUBLISHED, published), (DEAD_LETTERED, dead)):
+        keys = [(r, o) for r, s, e in spans for o in read.get(r, ()) if s <= o < e]
+        for i in range(0, len(keys), MARK_ROWS_PER_UPDATE):
+            by_region: dict[str, list[int]] = {}
+            for r, o in keys[i:i + MARK_ROWS_PER_UPDATE]:
+                by_region.setdefault(r, []).append(o)
+            where = " OR ".join(f'(region = {sql_text(r)} AND "offset" IN ({", ".join(map(str, sorted(set(os))))}))'
+                                for r, os in sorted(by_region.items()))
+            for attempt in range(MARK_TRIES):
+                table = open_table(location)
+                if table is None:
+                    raise RegionalStoreError(f"source=deadLetters: the dead-letter table {location} is gone; "
+                                             "restore it")
+                _add_mark_columns(table)
+                try:
+                    table.update(updates={REPLAYED_BY: sql_text(query_id), REPLAYED_EPOCH: str(int(epoch)),
+                                          REPLAYED_AS: sql_text(outcome)},
+                                 predicate=f"{REPLAYED_BY} IS NULL AND ({where})",
+                                 commit_properties=CommitProperties(custom_metadata={
+                                     "regional": {"replayed_by": query_id, "epoch": int(epoch)}}))
+                    break
+                except CommitFailedError:  # the table's writer committed first: read it again and retry
+                    if attempt == MARK_TRIES - 1:
+                        raise
+                    time.sleep(0.2 * (attempt + 1))
+
+
+def _rows_read(location: Location, version: int | None, spans: list[tuple[str, int, int]],
+               query_id: str) -> dict[str, list[int]]:
+    """The offsets of each region's rows in ``spans`` as the epoch's tasks read them (at ``version``)."""
+    table = open_table(location, version)
+    if table is None:
+        raise RegionalStoreError(f"source=deadLetters: the dead-letter table {location} (version {version}) is "
+                                 "gone; restore it")
+    mine = (f" AND ({REPLAYED_BY} IS NULL OR {REPLAYED_BY} = {sql_text(query_id)})"
+            if REPLAYED_BY in table_columns(table) else "")
+    read: dict[str, list[int]] = {}
     for i in range(0, len(spans), MARK_REGIONS_PER_UPDATE):
-        chunk = spans[i:i + MARK_REGIONS_PER_UPDATE]
         where = " OR ".join(f'(region = {sql_text(r)} AND "offset" >= {int(s)} AND "offset" < {int(e)})'
-                            for r, s, e in chunk)
-        for attempt in range(MARK_TRIES):
-            table = open_table(location)
-            if table is None:
-                raise RegionalStoreError(f"source=deadLetters: the dead-letter table {location} is gone; restore it")
-            _add_mark_columns(table)
-            try:
-                table.update(updates={REPLAYED_BY: sql_text(query_id), REPLAYED_EPOCH: str(int(epoch))},
-                             predicate=f"{REPLAYED_BY} IS NULL AND ({where})",
-                             commit_properties=CommitProperties(custom_metadata={
-                                 "regional": {"replayed_by": query_id, "epoch": int(epoch)}}))
-                break
-            except CommitFailedError:  # the table's writer committed first: read it again and retry
-                if attempt == MARK_TRIES - 1:
-                    raise
-                time.sleep(0.2 * (attempt + 1))
+                            for r, s, e in spans[i:i + MARK_REGIONS_PER_UPDATE])
+        rows = query_table(table, f'SELECT region, "offset" FROM {DEAD_LETTER_TABLE} WHERE ({where}){mine}')
+        for region, offset in zip(rows.column("region").to_pylist(), rows.column("offset").to_pylist(), strict=True):
+            read.setdefault(region, []).append(int(offset))
+    return read
 
 
 def _add_mark_columns(table: Any) -> None:
@@ -200,7 +281,8 @@ def _add_mark_columns(table: Any) -> None:
 
     names = table_columns(table)
     missing = [Field(name, PrimitiveType(kind), nullable=True)
-               for name, kind in ((REPLAYED_BY, "string"), (REPLAYED_EPOCH, "long")) if name not in names]
+               for name, kind in ((REPLAYED_BY, "string"), (REPLAYED_EPOCH, "long"), (REPLAYED_AS, "string"))
+               if name not in names]
     if not missing:
         return
     try:

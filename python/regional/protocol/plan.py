@@ -135,7 +135,7 @@ def plan_epoch(
     force_reason: str | None = None,
     first_offsets: Mapping[str, int] | None = None,
     retention: Retention | None = None,
-    probe_span: int | None = None,
+    sparse: bool = False,
 ) -> EpochPlan:
     """Plan ``epoch``: each known region from its committed offset to what is available.
 
@@ -145,8 +145,8 @@ def plan_epoch(
     bounded input's final ends: the plan that reaches them everywhere is final. ``retention``: records
     below a region's log start are gone; the plan skips them (recorded in ``lost``) or fails. A region
     that is isolating a poison record (``deadLetterPath``) reads the first half of its suspect range. With
-    ``regionTimeout``, a straggler reads no more than its ``timed_range`` (see ``timed_range``). ``probe_span``:
-    how many offsets beside an isolated record its probe reads (default ``PROBE_SPAN``).
+    ``regionTimeout``, a straggler reads no more than its ``timed_range`` (see ``timed_range``). ``sparse``: the
+    input's offsets are far apart (``probe_ranges``).
     """
     backlog: dict[str, tuple[int, int]] = {}
     lost: dict[str, tuple[int, int]] = {}
@@ -155,7 +155,7 @@ def plan_epoch(
     isolating = settings.enabled and settings.dead_letter_path is not None
     timed = settings.enabled and settings.region_timeout_s is not None
     alone: set[str] = set()  # regions whose range is to be one suspect record
-    probes: dict[str, tuple[int, int]] = {}  # neighbours of isolated records, read beside them
+    probes: dict[str, list[tuple[int, int]]] = {}  # neighbours of isolated records, read beside them
     for region in sorted(set(states) | set(available)):
         state = states.get(region)
         start = state.committed_offset if state else first.get(region, log_starts.get(region, 0))
@@ -180,10 +180,8 @@ def plan_epoch(
             end = min(end, isolation_end(start, state.isolating))
             if end == start + 1 == state.isolating[1]:
                 alone.add(region)
-                probe = probe_range(start, available.get(region, start), log_starts.get(region, 0),
-                                    probe_span or PROBE_SPAN)
-                if probe is not None:
-                    probes[region] = probe
+                probes[region] = probe_ranges(start, available.get(region, start), log_starts.get(region, 0),
+                                              sparse)
         if max_per_region is not None:
             end = min(end, start + max_per_region)
         backlog[region] = (start, end)
@@ -194,23 +192,26 @@ def plan_epoch(
     ranges = tuple(RegionRange(r, s, e, states[r].ref_epoch if r in states else None,
                                r in alone and e == s + 1)
                    for r, (s, e) in backlog.items() if e > s)
-    probed = tuple(RegionRange(rr.region, *probes[rr.region], None, probe=True)
-                   for rr in ranges if rr.isolated and rr.region in probes)
+    probed = tuple(RegionRange(rr.region, s, e, None, probe=True)
+                   for rr in ranges if rr.isolated for s, e in probes.get(rr.region, ()))
     return EpochPlan(query_id, epoch, store, ranges, settings, final, force_reason, lost, probed)
 
 
 PROBE_SPAN = 8  # offsets a probe reads (several: a Kafka offset may hold no record)
 
 
-def probe_range(suspect: int, end: int, first: int, span: int = PROBE_SPAN) -> tuple[int, int] | None:
-    """The neighbours of an isolated record at ``suspect`` that its probe reads in the same epoch: ``span``
-    offsets before it (already committed: they passed once, and must pass again now), else after it; None when it
-    has none."""
-    if suspect > first:
-        return max(first, suspect - span), suspect
-    if end > suspect + 1:
-        return suspect + 1, min(end, suspect + 1 + span)
-    return None
+def probe_ranges(suspect: int, end: int, first: int, sparse: bool = False) -> list[tuple[int, int]]:
+    """The neighbours of an isolated record at ``suspect`` that its probes read in the same epoch: the
+    ``PROBE_SPAN`` offsets before it (already committed: they passed once, and must pass again now), else those
+    after it; none when it has none. An input with ``sparse`` offsets, where a span of offsets may hold no record
+    at all, gets two probes: every offset of the region before it, and every one after it."""
+    before = (first, suspect) if suspect > first else None
+    after = (suspect + 1, end) if end > suspect + 1 else None
+    if sparse:
+        return [span for span in (before, after) if span is not None]
+    if before is not None:
+        return [(max(first, suspect - PROBE_SPAN), suspect)]
+    return [(suspect + 1, min(end, suspect + 1 + PROBE_SPAN))] if after is not None else []
 
 
 def isolation_end(start: int, suspect: tuple[int, int]) -> int:

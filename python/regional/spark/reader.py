@@ -21,6 +21,7 @@ from regional.dead_letters import encode_records
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs import load_input
 from regional.inputs.base import AcknowledgingInput, RetainedInput, StoredInput
+from regional.location import same_location
 from regional.protocol.plan import INITIAL_EPOCH, EpochPlan, RegionRange, Retention, initial_offset, plan_epoch
 from regional.protocol.settings import Settings, parse_optional_int, resolve_settings
 from regional.spark.status_publisher import PUBLISHER, enabled
@@ -93,7 +94,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
             settings = resolve_settings(self.conf, self.options, written)
             source = self.input.table_location()
-            if source is not None and settings.dead_letter_path == source:
+            if source is not None and settings.dead_letter_path and same_location(settings.dead_letter_path, source):
                 raise RegionalConfigError(
                     f"deadLetterPath={source} is this query's own input: its dead letters would be read again. Give "
                     "the query its own dead-letter table (a replay's records that fail again go there)")
@@ -154,7 +155,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                           self.resolved_settings(), per_region, total,
                           ends=self.available_now if self.available_now is not None else self.input.ends(),
                           force_reason="a graceful stop asked for a final global epoch" if stopping else None,
-                          first_offsets=first_offsets, retention=retention, probe_span=self.input.probe_span)
+                          first_offsets=first_offsets, retention=retention, sparse=self.input.sparse)
         for region, (gone_from, go_on) in sorted(plan.lost.items()):
             if (region, gone_from) not in self.warned_lost:
                 self.warned_lost.add((region, gone_from))
@@ -227,6 +228,8 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start == end or end.get("epoch", INITIAL_EPOCH) == INITIAL_EPOCH:
             return []
         plan = EpochPlan.from_offset(end)
+        if isinstance(self.input, StoredInput):
+            self.input.before_splits(plan.epoch)
         return [RegionPartition(plan.query_id, plan.epoch, i, r, plan.settings,
                                 self.input.split(r.region, r.start, r.end))
                 for i, r in enumerate(plan.ranges)]
