@@ -33,7 +33,7 @@ from regional.spark.status_publisher import PUBLISHER
 from regional.spark.task_files import TaskFiles, TaskKey
 from regional.storage import open_storage
 from regional.store import Store
-from regional.targets import dead_letter_target, load_target
+from regional.targets import dead_letter_place, dead_letter_target, load_target
 from regional.targets.base import MIXED_REGIONS, QUERY_ID_OPTION, Target, chain_first
 
 log = logging.getLogger("regional")
@@ -146,6 +146,14 @@ def check_dead_letter_path(dead_letter_path: str | None, target: Target[Any]) ->
                                   "letters a Delta table of their own (their columns differ: epoch, error)")
 
 
+def check_dead_letter_topic(topic: str, query_id: str, options: Mapping[str, str]) -> None:
+    """``deadLetterTopic`` needs its producer's settings on writeStream (``deadLetter.kafka.*``), valid ones."""
+    sink = dead_letter_target(dead_letter_place(None, topic) or "", query_id, options)
+    check = getattr(sink, "check", None)
+    if check is not None:
+        check()
+
+
 class RegionalStreamWriter(DataSourceStreamArrowWriter):
     """Built on the driver for every epoch (and pickled into its tasks)."""
 
@@ -170,10 +178,12 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         self.target_options = {**{k.lower(): str(v) for k, v in options.items()}, QUERY_ID_OPTION: self.query_id}
         target = load_target(self.target_options)
         # readStream's options may set it too: commit checks the resolved value again.
-        dead_letter_path = {**conf_settings(conf), **given_settings(options)}.get("deadLetterPath", "")
-        check_dead_letter_path(optional_location_text("deadLetterPath", dead_letter_path), target)
+        seen = {**conf_settings(conf), **given_settings(options)}
+        check_dead_letter_path(optional_location_text("deadLetterPath", seen.get("deadLetterPath", "")), target)
+        if seen.get("deadLetterTopic", "").strip():  # its producer's settings fail at start, not at a dead letter
+            check_dead_letter_topic(seen["deadLetterTopic"].strip(), self.query_id, self.target_options)
         # A bad target fails at start, not in a task; an interrupted epoch is finished before new tasks run.
-        ready_target(store, target, self._target_schema(schema), dead_letter_target)
+        ready_target(store, target, self._target_schema(schema), self._dead_letter_sink)
         self.target_options.update(target.task_options())  # what open() found that the tasks' copies need
         given = given_settings(options)
         recorded = store.read_write_options()
@@ -198,6 +208,10 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
 
     def _target(self) -> Target[Any]:
         return load_target(self.target_options)
+
+    def _dead_letter_sink(self, location: str, query_id: str) -> Target[Any]:
+        """The coordinator's dead-letter sink factory: a topic's producer takes the sink's ``deadLetter.kafka.*``."""
+        return dead_letter_target(location, query_id, self.target_options)
 
     # -- phase one, in the task ------------------------------------------------------------------
 
@@ -298,8 +312,10 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
             raise RegionalPlanError(f"Spark's batch {batchId} carries the regional plan of epoch {plan.epoch}")
         target = self._target()
         check_dead_letter_path(plan.settings.dead_letter_path, target)
+        if plan.settings.dead_letter_topic is not None:  # set on readStream only: checked before any decision
+            check_dead_letter_topic(plan.settings.dead_letter_topic, self.query_id, self.target_options)
         tasks = [m.outcome if isinstance(m, RegionalCommitMessage) else None for m in messages]
-        commit_epoch(plan, tasks, store, target, self.mixed, dead_letter_target)
+        commit_epoch(plan, tasks, store, target, self.mixed, self._dead_letter_sink)
         PUBLISHER.request(self.checkpoint)  # the Spark UI tab's and the metrics' view, after the epoch
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
