@@ -5,11 +5,13 @@ re-runs and SIGKILLs of the driver around the topic's transaction."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import time
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from pyspark.sql import functions as F
 
 import regional
@@ -17,7 +19,8 @@ from integration.helpers import assert_exactly_once, poison_udf, run_killable
 from integration.test_kafka_source import expected, kafka_stream, new_topic, produce
 from regional.store import Store
 from regional.targets import dead_letter_target
-from regional.targets.kafka_topic import DeadLetterTopic
+from regional.targets.base import Target
+from regional.targets.kafka_topic import DeadLetterTopic, KafkaDeadLetterError
 
 _names = itertools.count()
 
@@ -108,11 +111,14 @@ def test_an_epochs_dead_letters_are_produced_once_however_often_its_commit_runs(
     assert len(letters_in(kafka, topic, "read_uncommitted")) == 4  # the zombie's record is there, aborted
 
 
-def start_with_topic(df, out, ck, dead: str, brokers: str, parse):
-    return (df.select("region", "offset", parse(F.col("value").cast("string")).alias("value")).writeStream
-            .format("regional").option("target", "delta").option("path", str(out))
-            .option("checkpointLocation", str(ck)).option("keepRegionColumns", "true")
-            .option("deadLetterTopic", dead).option("deadLetter.kafka.bootstrap.servers", brokers).start())
+def start_with_topic(df, out, ck, dead: str, brokers: str, parse, **options: str):
+    writer = (df.select("region", "offset", parse(F.col("value").cast("string")).alias("value")).writeStream
+              .format("regional").option("target", "delta").option("path", str(out))
+              .option("checkpointLocation", str(ck)).option("keepRegionColumns", "true")
+              .option("deadLetterTopic", dead).option("deadLetter.kafka.bootstrap.servers", brokers))
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    return writer.start()
 
 
 def test_poison_kafka_records_land_in_the_dead_letter_topic_once_and_the_rest_in_the_target(spark, kafka, tmp_path):
@@ -120,12 +126,17 @@ def test_poison_kafka_records_land_in_the_dead_letter_topic_once_and_the_rest_in
     produce(kafka, topic, 3, 40, "m")
     out, ck = tmp_path / "out", tmp_path / "ck"
     poison = {(f"{topic}-1", 17): "m-1-17", (f"{topic}-2", 3): "m-2-3"}
+    secret = f"pw-{os.getpid()}-s3cr3t"  # a credential among the producer's settings (ignored by PLAINTEXT)
     query = start_with_topic(kafka_stream(spark, kafka, ck, topic), out, ck, dead, kafka.bootstrap,
-                             poison_udf(set(poison.values())))
+                             poison_udf(set(poison.values())), **{"deadLetter.kafka.sasl.password": secret})
     try:
         query.processAllAvailable()
+        progress = json.dumps([p.json for p in query.recentProgress])
     finally:
         query.stop()
+    # Never in Spark's offset log (the plan), the regional store, or the query's progress.
+    assert not [p for p in ck.rglob("*") if p.is_file() and secret in p.read_text(errors="replace")]
+    assert secret not in progress and dead in (ck / "offsets" / "1").read_text()
     want = {r: [(o, v.upper()) for o, v in records if (r, o) not in poison]
             for r, records in expected(kafka, topic).items()}
     assert_exactly_once(out, want)
@@ -185,3 +196,109 @@ def test_sigkill_inside_and_after_the_topics_transaction_then_restart_lands_ever
     assert_exactly_once(out, want)
     check_letters(kafka, [dead, renamed], topic, poison, Store(ck).query_id())
     assert len(letters_in(kafka, dead)) == len(intent.dead_letters)  # the interrupted epoch's, in its topic, once
+
+
+class _Memory(Target[Any]):
+    def __init__(self) -> None:
+        super().__init__()
+        self.commits: dict[int, dict[str, Any]] = {}
+
+    def prepare(self, epoch, region, batches):
+        raise AssertionError("not used here")
+
+    def commit(self, epoch, handles, report=None):
+        self.commits.setdefault(epoch, dict(handles))
+
+    def abort(self, epoch, handles):
+        pass
+
+
+def decided_epoch(tmp_path, topic: str):
+    """A store, and epoch 0's plan and task outcomes: region a's record at offset 4 dead-lettered (dead letters to
+    ``topic``), region b's slice written."""
+    from regional.dead_letters import encode_records
+    from regional.inputs.files import SCHEMA, batch_of
+    from regional.protocol.decide import Outcome, TaskOutcome
+    from regional.protocol.plan import RegionRange, plan_epoch
+    from regional.protocol.settings import Settings
+
+    store = Store(tmp_path / "ck")
+    store.open_query()
+    s = Settings(dead_letter_topic=topic, region_attempts=2)
+    plan = plan_epoch(0, store.query_id(), str(store.checkpoint), {}, {"a": 5, "b": 8}, s)
+    plan = type(plan)(plan.query_id, 0, plan.store, (RegionRange("a", 4, 5, None, True), plan.regions[1]), s)
+    letter = encode_records([batch_of("a", 4, ["a-4"])], SCHEMA)
+    tasks = [TaskOutcome(0, 2, Outcome.QUARANTINED, plan.query_id, "a", 4, 4, reason="q", dead_letter=letter),
+             TaskOutcome(1, 0, Outcome.WRITTEN, plan.query_id, "b", 0, 8, 8, 0, 7, "b@0-8")]
+    return store, plan, tasks
+
+
+def test_brokers_down_in_phase_two_fail_the_query_and_record_nothing_then_the_restart_produces_once(kafka, tmp_path):
+    """The dead letters' brokers do not answer when the epoch's letters go out: commit fails, naming the topic and
+    the brokers (never the producer's other settings), the epoch is not recorded and its intent is kept. The
+    restart, with the brokers back and deadLetterTopic renamed meanwhile, produces them once, to the intent's
+    topic."""
+    from regional.coordinator import commit_epoch
+    from regional.protocol.settings import Settings
+    from regional.testing.kafka_broker import free_port
+
+    topic = dead_topic()
+    store, plan, tasks = decided_epoch(tmp_path, topic)
+    down = {"deadLetter.kafka.bootstrap.servers": f"127.0.0.1:{free_port()}", "deadLetter.timeoutMs": "3000",
+            "deadLetter.kafka.sasl.password": "s3cr3t-pw"}
+    target = _Memory()
+    with pytest.raises(KafkaDeadLetterError) as err:
+        commit_epoch(plan, tasks, store, target, dead_letter_sink=lambda p, q: dead_letter_target(p, q, down))
+    assert f"deadLetterTopic={topic}" in str(err.value) and "s3cr3t" not in str(err.value)
+    assert store.read_record(0) is None and target.commits == {}
+    assert store.read_intent(0).dead_letter_topic == topic
+    assert not any("s3cr3t" in p.read_text(errors="replace") for p in (tmp_path / "ck").rglob("*") if p.is_file())
+
+    renamed = type(plan)(plan.query_id, 0, plan.store, plan.regions,
+                         Settings(dead_letter_topic=dead_topic(), region_attempts=2))
+    up = {"deadLetter.kafka.bootstrap.servers": kafka.bootstrap}
+    for _ in range(2):  # the restart, and a second one (the record is there: nothing happens)
+        record = commit_epoch(renamed, tasks, store, target,
+                              dead_letter_sink=lambda p, q: dead_letter_target(p, q, up))
+    assert record.dead_lettered["a"].offset == 4 and target.commits == {0: {"b": "b@0-8"}}
+    [letter] = letters_in(kafka, topic)
+    assert letter["value"] == b'{"region": "a", "offset": 4, "value": "a-4"}'
+    assert letter["headers"]["regional.epoch"] == "0" and letter["headers"]["regional.error.class"] == "unknown"
+    assert letters_in(kafka, renamed.settings.dead_letter_topic) == []
+
+
+def test_a_transaction_the_brokers_time_out_fails_the_commit_and_its_rerun_produces_once(kafka, monkeypatch):
+    """transaction.timeout.ms shorter than the time between produce and commit (1 s; the broker checks every 10 s):
+    the brokers abort the transaction; commit fails, nothing is visible, and the re-run produces the letters once.
+    (The transaction spans only the dead letters' commit, never a whole epoch.)"""
+    from regional import failpoints
+
+    topic = dead_topic()
+    opts = {"deadLetter.kafka.bootstrap.servers": kafka.bootstrap, "deadLetter.kafka.transaction.timeout.ms": "1000"}
+    slow = dead_letter_target(f"kafka:{topic}", "q-timeout", opts)
+    handles = {"src-1": slow.prepare(2, "src-1", iter(kafka_letter("src", 1, 5, b"m-1-5", 2).to_batches()))}
+    monkeypatch.setattr(failpoints, "reach", lambda name, epoch: time.sleep(16))
+    with pytest.raises(KafkaDeadLetterError):
+        slow.commit(2, handles)
+    assert letters_in(kafka, topic) == []
+    monkeypatch.undo()
+    dead_letter_target(f"kafka:{topic}", "q-timeout", opts).commit(2, handles)
+    dead_letter_target(f"kafka:{topic}", "q-timeout", opts).commit(2, handles)
+    assert [m["value"] for m in letters_in(kafka, topic)] == [b"m-1-5"]
+
+
+def test_dead_letter_topic_options_are_checked_at_start(kafka):
+    from regional.errors import RegionalConfigError
+    from regional.spark.writer import check_dead_letter_topic
+
+    with pytest.raises(RegionalConfigError, match=r"deadLetter\.kafka\.bootstrap\.servers"):
+        check_dead_letter_topic("dead", "q", {})
+    with pytest.raises(RegionalConfigError, match=r"transactional\.id"):
+        check_dead_letter_topic("dead", "q", {"deadletter.kafka.bootstrap.servers": kafka.bootstrap,
+                                              "deadletter.kafka.transactional.id": "mine"})
+    with pytest.raises(RegionalConfigError, match="not a producer setting"):
+        check_dead_letter_topic("dead", "q", {"deadletter.kafka.bootstrap.servers": kafka.bootstrap,
+                                              "deadletter.kafka.no.such.setting": "1"})
+    with pytest.raises(RegionalConfigError, match="is read by this query itself"):
+        check_dead_letter_topic("orders.dead", "q", {"deadletter.kafka.bootstrap.servers": kafka.bootstrap},
+                                ["orders-0", "orders.dead-3"])

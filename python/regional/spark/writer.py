@@ -10,9 +10,10 @@ phase-two coordinator (``regional.coordinator``), the only caller of the target 
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -146,12 +147,27 @@ def check_dead_letter_path(dead_letter_path: str | None, target: Target[Any]) ->
                                   "letters a Delta table of their own (their columns differ: epoch, error)")
 
 
-def check_dead_letter_topic(topic: str, query_id: str, options: Mapping[str, str]) -> None:
-    """``deadLetterTopic`` needs its producer's settings on writeStream (``deadLetter.kafka.*``), valid ones."""
+_CHECKED_TOPIC_SINKS: set[int] = set()  # hashes of sink settings already checked in this process (a writer per epoch)
+
+
+def check_dead_letter_topic(topic: str, query_id: str, options: Mapping[str, str],
+                            regions: Sequence[str] = ()) -> None:
+    """``deadLetterTopic`` needs its producer's settings on writeStream (``deadLetter.kafka.*``), valid ones; and
+    a query that reads its own dead-letter topic would dead-letter its poison records again and again."""
+    own = re.compile(re.escape(topic) + r"-[0-9]+")
+    looped = sorted(r for r in regions if own.fullmatch(r))
+    if looped:
+        raise RegionalConfigError(f"deadLetterTopic={topic} is read by this query itself (regions {looped[:3]}): "
+                                  "each dead letter would be read and dead-lettered again. Give the dead letters a "
+                                  "topic the query does not subscribe to")
+    key = hash((topic, query_id, tuple(sorted((k, v) for k, v in options.items() if k.startswith("deadletter.")))))
+    if key in _CHECKED_TOPIC_SINKS:
+        return
     sink = dead_letter_target(dead_letter_place(None, topic) or "", query_id, options)
     check = getattr(sink, "check", None)
     if check is not None:
         check()
+    _CHECKED_TOPIC_SINKS.add(key)
 
 
 class RegionalStreamWriter(DataSourceStreamArrowWriter):
@@ -313,7 +329,8 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         target = self._target()
         check_dead_letter_path(plan.settings.dead_letter_path, target)
         if plan.settings.dead_letter_topic is not None:  # set on readStream only: checked before any decision
-            check_dead_letter_topic(plan.settings.dead_letter_topic, self.query_id, self.target_options)
+            check_dead_letter_topic(plan.settings.dead_letter_topic, self.query_id, self.target_options,
+                                    [rr.region for rr in plan.regions])
         tasks = [m.outcome if isinstance(m, RegionalCommitMessage) else None for m in messages]
         commit_epoch(plan, tasks, store, target, self.mixed, self._dead_letter_sink)
         PUBLISHER.request(self.checkpoint)  # the Spark UI tab's and the metrics' view, after the epoch
