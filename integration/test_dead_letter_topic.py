@@ -302,3 +302,29 @@ def test_dead_letter_topic_options_are_checked_at_start(kafka):
     with pytest.raises(RegionalConfigError, match="is read by this query itself"):
         check_dead_letter_topic("orders.dead", "q", {"deadletter.kafka.bootstrap.servers": kafka.bootstrap},
                                 ["orders-0", "orders.dead-3"])
+
+
+def test_two_drivers_committing_the_same_epoch_at_once_produce_its_letters_once(kafka, monkeypatch):
+    """Driver A has produced the epoch's letters in its open transaction when driver B (same query) commits the
+    same epoch: B fences A (A's transaction is aborted, its commit fails) and produces them; A's failure leaves
+    nothing behind."""
+    from regional import failpoints
+
+    topic = dead_topic()
+    opts = {"deadLetter.kafka.bootstrap.servers": kafka.bootstrap}
+    a, b = (dead_letter_target(f"kafka:{topic}", "q-two", opts) for _ in range(2))
+    handles = {"src-0": a.prepare(7, "src-0", iter(kafka_letter("src", 0, 2, b"m-0-2", 7).to_batches()))}
+    interleaved = []
+
+    def b_commits_meanwhile(name, epoch):
+        if not interleaved:
+            interleaved.append(name)
+            b.commit(epoch, handles)
+
+    monkeypatch.setattr(failpoints, "reach", b_commits_meanwhile)
+    with pytest.raises(KafkaDeadLetterError, match="fenced"):
+        a.commit(7, handles)
+    assert interleaved == ["dead_letters_produced"]
+    assert [m["value"] for m in letters_in(kafka, topic)] == [b"m-0-2"]
+    a.commit(7, handles)  # A, restarted, finds the marker
+    assert [m["value"] for m in letters_in(kafka, topic)] == [b"m-0-2"]
