@@ -52,7 +52,8 @@ def letters_in(broker, topic: str, isolation: str = "read_committed") -> list[di
                         done = done or m.error().code() == KafkaError._PARTITION_EOF
                         continue
                     out.append({"key": m.key(), "value": m.value(), "partition": p,
-                                "headers": {k: v.decode() for k, v in (m.headers() or [])}})
+                                "headers": {k: v if v is None else v.decode() for k, v in (m.headers() or [])},
+                                "header_keys": [k for k, _ in (m.headers() or [])]})
             assert done, f"could not read {topic}-{p} to its end"
         return out
     finally:
@@ -328,3 +329,17 @@ def test_two_drivers_committing_the_same_epoch_at_once_produce_its_letters_once(
     assert [m["value"] for m in letters_in(kafka, topic)] == [b"m-0-2"]
     a.commit(7, handles)  # A, restarted, finds the marker
     assert [m["value"] for m in letters_in(kafka, topic)] == [b"m-0-2"]
+
+
+def test_a_kafka_records_own_headers_are_kept_first_null_values_included(kafka):
+    """With includeHeaders, the source record's headers (a null value too) come first, then regional's."""
+    from regional.inputs.kafka import HEADERS
+
+    topic = dead_topic()
+    own = pa.array([[{"key": "trace", "value": b"t-1"}, {"key": "empty", "value": None}]], HEADERS)
+    rows = kafka_letter("src", 0, 1, b"v", 3).append_column("headers", own)
+    target = sink(kafka, topic)
+    target.commit(3, {"src-0": target.prepare(3, "src-0", iter(rows.to_batches()))})
+    [letter] = letters_in(kafka, topic)
+    assert letter["header_keys"][:3] == ["trace", "empty", "regional.error.class"]
+    assert (letter["headers"]["trace"], letter["headers"]["empty"]) == ("t-1", None)

@@ -244,7 +244,7 @@ class DeadLetterTopic(Target[str]):
         for row in table.to_pylist():
             error = str(row.get("error") or "")
             cls, _, message = error.partition(": ")
-            headers: Headers = [(str(h["key"]), h["value"] or b"") for h in row.get("headers") or []]
+            headers: Headers = [(str(h["key"]), h["value"]) for h in row.get("headers") or []]  # as they were
             headers += [(HEADER + "error.class", cls.encode()), (HEADER + "error.message", message.encode()),
                         (HEADER + "region", str(row["region"]).encode()),
                         (HEADER + "offset", str(row["offset"]).encode()),
