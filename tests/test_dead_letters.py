@@ -300,6 +300,8 @@ def test_dead_letter_topic_is_a_setting_that_isolates_and_is_refused_beside_a_pa
     old = {k: v for k, v in s.to_json().items() if k != "dead_letter_topic"}  # a plan written before topics
     assert Settings.from_json(old).dead_letter_topic is None
     assert not resolve_settings({}, {}, {}).isolates
+    conf = {"spark.regional.deadLetterPath": "/dl"}
+    assert resolve_settings(conf, {}, {"deadLetterPath": "", "deadLetterTopic": "t"}).dead_letter_topic == "t"
     with pytest.raises(RegionalConfigError, match="both given"):
         resolve_settings({}, {"deadLetterPath": "/dl"}, {"deadLetterTopic": "dead"})
     with pytest.raises(RegionalConfigError, match="not a Kafka topic name"):

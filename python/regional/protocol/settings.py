@@ -173,7 +173,7 @@ def parse_topic(opts: Mapping[str, str], key: str, path: str) -> str | None:
     if path.strip():
         raise RegionalConfigError(f"{key}={topic!r} and deadLetterPath={path.strip()!r} are both given: dead "
                                   "letters go to one place, a Delta table (deadLetterPath) or a Kafka topic "
-                                  "(deadLetterTopic). Give one")
+                                  "(deadLetterTopic). Give one (.option('deadLetterPath', '') drops a conf default)")
     if not _TOPIC.match(topic) or topic in (".", ".."):
         raise RegionalConfigError(f"{key}={topic!r} is not a Kafka topic name: use 1 to 249 letters, digits, '.', "
                                   "'_' or '-'")
