@@ -1,6 +1,6 @@
 """Poison records: how long until a poisoned region is current again, next to stock Spark, same run.
 
-    python -m benchmarks.dead_letters [--regions 8] [--per-region 20000] [--repeats 1]
+    python -m benchmarks.dead_letters [--regions 8] [--per-region 20000] [--repeats 1] [--topic]
 
 One SparkSession (``local[2,4]``: task retries on), the same text files (one directory per region,
 ``<region> <index> <padding>`` per line) and the same Python UDF in every pipeline; the UDF raises on
@@ -12,6 +12,8 @@ one poison line, in region r03 at 60% of its records.
 - stock Spark (text source -> UDF -> Delta), without the poison line: seconds to write everything. With it,
   stock Spark cannot finish: the query fails after its task retries (its time to failure is shown).
 - regional without the poison line, for what isolation itself costs.
+- with ``--topic``: regional with ``deadLetterTopic`` instead of ``deadLetterPath`` (a real broker on loopback,
+  ``regional.testing.kafka_broker``), with the poison line: the dead letter produced in one Kafka transaction.
 
 All pipelines run with Trigger.AvailableNow. Writes the dead-letter section of BENCHMARKS.md and prints it.
 """
@@ -63,12 +65,16 @@ def parse_udf(poison: str):
     return parse
 
 
-def regional_run(spark, inp: Path, work: Path, poison: str, dead_letters: bool, per_region: int) -> dict[str, float]:
+def regional_run(spark, inp: Path, work: Path, poison: str, dead_letters: bool, per_region: int,
+                 topic_brokers: str | None = None) -> dict[str, float]:
     df = spark.readStream.format("regional").option("source", "files").option("path", str(inp)).load()
     writer = (df.select("region", "offset", parse_udf(poison)("value").alias("value")).writeStream
               .format("regional").option("target", "delta").option("path", str(work / "out"))
               .option("checkpointLocation", str(work / "ck")).trigger(availableNow=True))
-    if dead_letters:
+    if dead_letters and topic_brokers:
+        writer = (writer.option("deadLetterTopic", f"bench.dead-{work.name}")
+                  .option("deadLetter.kafka.bootstrap.servers", topic_brokers))
+    elif dead_letters:
         writer = writer.option("deadLetterPath", str(work / "dead"))
     began_wall, began = time.time(), time.perf_counter()
     writer.start().awaitTermination()
@@ -105,18 +111,20 @@ def udf_error(exc: Exception) -> str:
 
 
 def render(args: argparse.Namespace, clean: list[float], stock_poisoned: tuple[float, str | None],
-           regional_clean: list[dict], regional_poisoned: list[dict], elapsed: float) -> str:
+           regional_clean: list[dict], regional_poisoned: list[dict], elapsed: float,
+           regional_topic: list[dict] | None = None) -> str:
     stock = min(clean)
     best = min(regional_poisoned, key=lambda r: r["poisoned"])
     plain = min(regional_clean, key=lambda r: r["total"])
     n = args.per_region
     bound = math.ceil(math.log2(n)) + 2
+    topic = min(regional_topic, key=lambda r: r["poisoned"]) if regional_topic else None
     return "\n".join([
         BEGIN,
         "## Poison records: time until a poisoned region is current again (issue 11)",
         "",
         f"- command: `python -m benchmarks.dead_letters --regions {args.regions} --per-region {n} "
-        f"--repeats {args.repeats}` ({elapsed / 60:.1f} min)",
+        f"--repeats {args.repeats}{' --topic' if topic else ''}` ({elapsed / 60:.1f} min)",
         f"- machine: 2 cores, Linux {platform.machine()}, Python {platform.python_version()}; pyspark "
         f"{pyspark.__version__}, `local[2,4]`, one session for every pipeline, Trigger.AvailableNow",
         f"- input: {args.regions} regions x {n:,} lines; one Python UDF in every pipeline raises on one line of "
@@ -131,9 +139,14 @@ def render(args: argparse.Namespace, clean: list[float], stock_poisoned: tuple[f
         f"{plain['epochs']} |",
         f"| regional + deadLetterPath | with the poison line | {best['total']:.1f} | {best['healthy']:.1f} | "
         f"{best['poisoned']:.1f} | {best['epochs']} |",
+        *([f"| regional + deadLetterTopic | with the poison line | {topic['total']:.1f} | {topic['healthy']:.1f} | "
+           f"{topic['poisoned']:.1f} | {topic['epochs']} |"] if topic else []),
         "",
         f"- ratio, poisoned region current with regional vs everything written by stock Spark on clean input: "
         f"{best['poisoned'] / stock:.2f}x; healthy regions: {best['healthy'] / stock:.2f}x.",
+        *([f"- ratio with deadLetterTopic (the dead letter produced to Kafka in one transaction): poisoned region "
+           f"{topic['poisoned'] / stock:.2f}x, healthy regions {topic['healthy'] / stock:.2f}x; "
+           f"{topic['dead']} record dead-lettered."] if topic else []),
         f"- isolation: {best['epochs']} epochs in all, {best['dead']} record dead-lettered; the bound for one poison "
         f"record among {n:,} is ceil(log2 n) + 2 = {bound} epochs of its region, besides the first.",
         f"- stock Spark's error: `{stock_poisoned[1]}`" if stock_poisoned[1] else "- stock Spark did not fail (?)",
@@ -152,10 +165,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-region", type=int, default=20_000)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
+    parser.add_argument("--topic", action="store_true", help="also dead letters to a Kafka topic (a local broker)")
     args = parser.parse_args(argv)
     began = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="regional-bench-dead-letters-"))
+    broker = None
     try:
+        if args.topic:
+            from regional.testing.kafka_broker import KafkaBroker
+
+            broker = KafkaBroker(work / "kafka").start()
         poison = write_input(work / "poisoned", args.regions, args.per_region, int(args.per_region * 0.6))
         write_input(work / "clean", args.regions, args.per_region, None)
         spark = regional.local_spark("local[2,4]", "regional-bench-dead-letters")
@@ -164,20 +183,26 @@ def main(argv: list[str] | None = None) -> int:
         # A warm-up of each pipeline, not counted: the first query of a session pays the JVM's class loading.
         stock_run(spark, work / "clean", work / "stock-warm", poison)
         regional_run(spark, work / "clean", work / "rc-warm", poison, False, args.per_region)
-        clean, regional_clean, regional_poisoned = [], [], []
+        clean, regional_clean, regional_poisoned, regional_topic = [], [], [], []
         for i in range(args.repeats):
             clean.append(stock_run(spark, work / "clean", work / f"stock-{i}", poison)[0])
             regional_clean.append(regional_run(spark, work / "clean", work / f"rc-{i}", poison, False, args.per_region))
             regional_poisoned.append(regional_run(spark, work / "poisoned", work / f"rp-{i}", poison, True,
                                                   args.per_region))
-            print(f"stock {clean[-1]:.1f} s; regional clean {regional_clean[-1]}; poisoned {regional_poisoned[-1]}",
-                  flush=True)
+            if broker is not None:
+                regional_topic.append(regional_run(spark, work / "poisoned", work / f"rt-{i}", poison, True,
+                                                   args.per_region, broker.bootstrap))
+            print(f"stock {clean[-1]:.1f} s; regional clean {regional_clean[-1]}; poisoned {regional_poisoned[-1]}"
+                  + (f"; to a topic {regional_topic[-1]}" if regional_topic else ""), flush=True)
         stock_poisoned = stock_run(spark, work / "poisoned", work / "stock-poisoned", poison)
         spark.stop()
     finally:
+        if broker is not None:
+            broker.stop()
         shutil.rmtree(work, ignore_errors=True)
     write_section(Path(args.out), "dead-letters",
-                  render(args, clean, stock_poisoned, regional_clean, regional_poisoned, time.perf_counter() - began))
+                  render(args, clean, stock_poisoned, regional_clean, regional_poisoned, time.perf_counter() - began,
+                         regional_topic))
     return 0
 
 

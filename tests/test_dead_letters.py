@@ -289,3 +289,34 @@ def test_the_dead_letter_brake_fails_the_epoch_and_dead_letters_nothing(store, t
         commit_epoch(plan, tasks_of(plan, record_bytes("a", 4)), store, target)
     assert store.read_intent(0) is None and store.epochs() == [] and not (dlq / "_delta_log").exists()
     assert target.commits == {} and target.aborted == [(0, {"b": "b@0-8"})]
+
+
+def test_dead_letter_topic_is_a_setting_that_isolates_and_is_refused_beside_a_path_or_malformed():
+    """deadLetterTopic switches isolation on as deadLetterPath does; both at once are refused (one place, once);
+    the plan and the intent carry the topic's name only."""
+    s = resolve_settings({"spark.regional.deadLetterTopic": "orders.dead"}, {}, {})
+    assert s.dead_letter_topic == "orders.dead" and s.dead_letter_path is None and s.isolates
+    assert Settings.from_json(s.to_json()) == s
+    old = {k: v for k, v in s.to_json().items() if k != "dead_letter_topic"}  # a plan written before topics
+    assert Settings.from_json(old).dead_letter_topic is None
+    assert not resolve_settings({}, {}, {}).isolates
+    conf = {"spark.regional.deadLetterPath": "/dl"}
+    assert resolve_settings(conf, {}, {"deadLetterPath": "", "deadLetterTopic": "t"}).dead_letter_topic == "t"
+    with pytest.raises(RegionalConfigError, match="both given"):
+        resolve_settings({}, {"deadLetterPath": "/dl"}, {"deadLetterTopic": "dead"})
+    with pytest.raises(RegionalConfigError, match="not a Kafka topic name"):
+        resolve_settings({}, {}, {"deadlettertopic": "dead letters"})
+    states = {"a": RegionState(4, 3, 0, Standing.QUARANTINED, "q", isolating=(4, 12)), "b": RegionState(0, 3)}
+    plan = plan_epoch(4, "q", "ck", states, {"a": 12, "b": 5}, Settings(dead_letter_topic="dead"))
+    assert (plan.regions[0].region, plan.regions[0].start, plan.regions[0].end) == ("a", 4, 8)  # halves
+    assert "sasl" not in str(plan.to_offset())
+
+
+def test_an_intent_keeps_the_dead_letter_topic_and_reads_intents_written_before_it(store):
+    from regional.store.model import Intent
+
+    record = EpochRecord(3, EpochKind.REGIONAL, {}, {}, {})
+    intent = Intent(record, {}, {}, {"a": "handle"}, None, "dead")
+    assert Intent.from_json(intent.to_json()) == intent
+    older = Intent(record, {}, {}, {"a": "h"}, "/dl")
+    assert "dead_letter_topic" not in older.to_json() and Intent.from_json(older.to_json()) == older

@@ -47,7 +47,7 @@ from regional.protocol.decide import (
 )
 from regional.protocol.plan import EpochPlan
 from regional.store.model import EpochRecord, Intent, QueryPlanCheck, TaskFailure, describe
-from regional.targets import dead_letter_target
+from regional.targets import dead_letter_place, dead_letter_target
 from regional.targets.base import EpochReport, Target
 
 log = logging.getLogger("regional")
@@ -55,7 +55,8 @@ log = logging.getLogger("regional")
 FAILURE_RECORD_WAIT_S = 2.0
 SWEEP_EVERY_EPOCHS = 5  # staged output that will never be published is removed at least this often
 
-DeadLetterSink = Callable[[str, str], Target[Any]]  # (location, query id) -> the dead letters' target
+# (place, query id) -> the dead letters' target; a place is a Delta table's path or ``kafka:<topic>``
+DeadLetterSink = Callable[[str, str], Target[Any]]
 
 
 class EpochStore(Protocol):
@@ -135,7 +136,7 @@ def commit_epoch(plan: EpochPlan, tasks: Sequence[TaskOutcome | None], store: Ep
         log.warning("regional: epoch %d was interrupted after its decision; finishing it as decided", epoch)
         intent = Intent(intent.record, intent.publish,
                         {**intent.discard, **{f"rerun:{r}": h for r, h in staged_now.items()}},
-                        intent.dead_letters, intent.dead_letter_path)
+                        intent.dead_letters, intent.dead_letter_path, intent.dead_letter_topic)
     return finish(intent, store, target, dead_letter_sink, plan.settings.retain_epochs)
 
 
@@ -152,11 +153,12 @@ def decided_intent(plan: EpochPlan, tasks: Sequence[TaskOutcome | None], store: 
         publish = dict(staged_now) if record.committed else {}
     else:
         publish = {r: staged_now[r] for r in record.committed if r in staged_now}
-    path, letters = plan.settings.dead_letter_path, {}
+    path, topic, letters = plan.settings.dead_letter_path, plan.settings.dead_letter_topic, {}
     if record.dead_lettered:
-        letters = stage_dead_letters(record, outcomes, path, plan.query_id, dead_letter_sink)
+        letters = stage_dead_letters(record, outcomes, dead_letter_place(path, topic), plan.query_id,
+                                     dead_letter_sink)
     intent = Intent(record, publish, {r: h for r, h in staged_now.items() if r not in publish}, letters,
-                    path if letters else None)
+                    path if letters else None, topic if letters else None)
     _require_json_handles(plan.epoch, intent, target)
     return intent
 
@@ -166,7 +168,7 @@ def stage_dead_letters(record: EpochRecord, outcomes: dict[str, RegionOutcome], 
     """Each dead-lettered region's record (as the source read it, with ``epoch`` and ``error``) staged in the
     dead-letter sink, on the driver, before the intent. Anything staged there already for this epoch or an
     older one was left by a driver that died before its intent: it is swept first."""
-    assert location is not None  # only a plan with deadLetterPath isolates records
+    assert location is not None  # only a plan with deadLetterPath or deadLetterTopic isolates records
     sink = dead_letter_sink(location, query_id)
     sink.sweep(record.epoch)
     handles = {}
@@ -186,11 +188,14 @@ def finish(intent: Intent, store: EpochStore, target: Target[Any], dead_letter_s
 
     # 5. Publish the dead letters (atomic and idempotent in their sink).
     if intent.dead_letters:
-        if intent.dead_letter_path is None:
-            raise RegionalStoreError(f"the intent of epoch {epoch} holds dead letters but no deadLetterPath: the "
-                                     "store was damaged. Restore it, or start a new checkpointLocation")
+        # Where the intent says, not where the options say now: a renamed topic or path takes the next epochs'.
+        place = dead_letter_place(intent.dead_letter_path, intent.dead_letter_topic)
+        if place is None:
+            raise RegionalStoreError(f"the intent of epoch {epoch} holds dead letters but no deadLetterPath or "
+                                     "deadLetterTopic: the store was damaged. Restore it, or start a new "
+                                     "checkpointLocation")
         failpoints.reach("before_dead_letters", epoch)
-        dead_letter_sink(intent.dead_letter_path, store_query_id(store, epoch)).commit(epoch, intent.dead_letters)
+        dead_letter_sink(place, store_query_id(store, epoch)).commit(epoch, intent.dead_letters)
         failpoints.reach("after_dead_letters", epoch)
 
     # 6. Publish the committed regions' slices (atomic and idempotent in the target); discard the rest.

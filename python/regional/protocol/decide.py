@@ -5,9 +5,10 @@
   regions and checks them: anything that does not add up is ``Outcome.MISSING`` (the region falls back).
 - ``decide`` makes the epoch's record: the kind (global, regional, forced-global, aborted), what each
   region committed, which fell back and the epoch they still reference, and every region's state after it.
-- Dead letters (``deadLetterPath``): a quarantined region's range becomes its ``isolating`` range; later
-  plans read it in halves (``plan.isolation_end``) until the failing record stands alone; when that one
-  record fails on every attempt too, it is dead-lettered and its offset counts as done.
+- Dead letters (``deadLetterPath`` or ``deadLetterTopic``): a quarantined region's range becomes its
+  ``isolating`` range; later plans read it in halves (``plan.isolation_end``) until the failing record
+  stands alone; when that one record fails on every attempt too, it is dead-lettered and its offset
+  counts as done.
 - ``regionTimeout``: a straggler's next ranges are sized to what it did within the timeout (``timed_range``).
 
 Pure: plain functions over the store's model; no Spark, no I/O.
@@ -212,9 +213,10 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
     """Decide epoch ``plan.epoch`` from its regions' outcomes: which regions publish, and every
     region's state after it. A planned region without an outcome falls back. ``now``: the record's time.
 
-    With ``deadLetterPath``, a quarantined range becomes the region's ``isolating`` range (even in an
-    aborted epoch: what failed on every attempt is known, publishing or not); a committed prefix of it
-    shortens it; a dead-lettered record (an isolated one that failed on every attempt) counts as done.
+    With ``deadLetterPath`` or ``deadLetterTopic``, a quarantined range becomes the region's ``isolating``
+    range (even in an aborted epoch: what failed on every attempt is known, publishing or not); a committed
+    prefix of it shortens it; a dead-lettered record (an isolated one that failed on every attempt) counts
+    as done.
 
     Poison needs evidence (``with_evidence``): an isolated record is dead-lettered only when records beside it
     pass now. An epoch in which every region with work failed is an outage: its quarantines count towards
@@ -305,7 +307,7 @@ def isolation_narrowing(plan: EpochPlan, failed: Mapping[str, RegionOutcome],
                         before: Mapping[str, RegionState]) -> set[str]:
     """With ``deadLetterPath``: the quarantined regions whose quarantine narrows their isolating range."""
     settings = plan.settings
-    if not (settings.enabled and settings.dead_letter_path is not None):
+    if not (settings.enabled and settings.isolates):
         return set()
     return {rr.region for rr in plan.regions if rr.region in failed
             and failed[rr.region].status is Outcome.QUARANTINED and narrows(before.get(rr.region), rr)}

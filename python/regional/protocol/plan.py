@@ -2,8 +2,8 @@
 
 Each known region gets a range from its committed offset to what its source has, cut by the read
 limits (admission control), by a straggler's ``timed_range`` (``regionTimeout``) and, for a region
-isolating a poison record (``deadLetterPath``), to the first half of its suspect range. Records a
-source no longer holds (retention) are skipped or fail the query (``failOnDataLoss``). The plan is the
+isolating a poison record (``deadLetterPath`` or ``deadLetterTopic``), to the first half of its suspect
+range. Records a source no longer holds (retention) are skipped or fail the query (``failOnDataLoss``). The plan is the
 offset JSON Spark logs in ``offsets/N``: it carries everything a task needs, and a restart re-runs it.
 
 Pure: plain functions over the store's model; no Spark, no I/O.
@@ -144,15 +144,15 @@ def plan_epoch(
     else 0. ``max_per_region`` and ``max_total`` are read limits (admission control). ``ends`` are a
     bounded input's final ends: the plan that reaches them everywhere is final. ``retention``: records
     below a region's log start are gone; the plan skips them (recorded in ``lost``) or fails. A region
-    that is isolating a poison record (``deadLetterPath``) reads the first half of its suspect range. With
-    ``regionTimeout``, a straggler reads no more than its ``timed_range`` (see ``timed_range``). ``sparse``: the
-    input's offsets are far apart (``probe_ranges``).
+    that is isolating a poison record (``deadLetterPath`` or ``deadLetterTopic``) reads the first half of its
+    suspect range. With ``regionTimeout``, a straggler reads no more than its ``timed_range`` (see
+    ``timed_range``). ``sparse``: the input's offsets are far apart (``probe_ranges``).
     """
     backlog: dict[str, tuple[int, int]] = {}
     lost: dict[str, tuple[int, int]] = {}
     first = first_offsets or {}
     log_starts = retention.log_starts if retention else {}
-    isolating = settings.enabled and settings.dead_letter_path is not None
+    isolating = settings.enabled and settings.isolates
     timed = settings.enabled and settings.region_timeout_s is not None
     alone: set[str] = set()  # regions whose range is to be one suspect record
     probes: dict[str, list[tuple[int, int]]] = {}  # neighbours of isolated records, read beside them

@@ -29,6 +29,7 @@ DEFAULTS: dict[str, str] = {
     "regionAttempts": "2",
     "retainEpochs": "100",
     "deadLetterPath": "",
+    "deadLetterTopic": "",
     "maxDeadLettersPerEpoch": "10",
 }
 SETTING_KEYS = {k.lower(): k for k in DEFAULTS}  # lower-cased -> canonical spelling
@@ -46,6 +47,13 @@ class Settings:
     retain_epochs: int = 100
     dead_letter_path: str | None = None  # a Delta table for records isolated as poison; None: no isolation
     max_dead_letters_per_epoch: int = 10  # the dead-letter brake: more in one epoch fails the query
+    # A Kafka topic for them instead (its producer's settings, ``deadLetter.kafka.*``, never enter the plan).
+    dead_letter_topic: str | None = None
+
+    @property
+    def isolates(self) -> bool:
+        """Whether poison records are isolated: a dead-letter table or topic is given."""
+        return self.dead_letter_path is not None or self.dead_letter_topic is not None
 
     @classmethod
     def parse(cls, values: Mapping[str, str]) -> Settings:
@@ -61,6 +69,7 @@ class Settings:
             retain_epochs=parse_int(opts, "retainEpochs", minimum=1),
             dead_letter_path=optional_location_text("deadLetterPath", opts.get("deadletterpath", "")),
             max_dead_letters_per_epoch=parse_int(opts, "maxDeadLettersPerEpoch", minimum=0),
+            dead_letter_topic=parse_topic(opts, "deadLetterTopic", opts.get("deadletterpath", "")),
         )
 
     def all_or_nothing(self) -> Settings:
@@ -71,7 +80,7 @@ class Settings:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Settings:
-        optional = {"dead_letter_path", "max_dead_letters_per_epoch"}  # absent in plans written before them
+        optional = {"dead_letter_path", "max_dead_letters_per_epoch", "dead_letter_topic"}  # absent in older plans
         names = {f.name for f in fields(cls)} - optional
         missing = names - set(data)
         if missing:
@@ -81,7 +90,8 @@ class Settings:
         return cls(bool(data["enabled"]), int(data["max_consecutive_failures"]), float(data["max_failure_ratio"]),
                    None if timeout is None else float(timeout), int(data["region_attempts"]),
                    int(data["retain_epochs"]), None if dead_letters is None else str(dead_letters),
-                   int(data.get("max_dead_letters_per_epoch", cls.max_dead_letters_per_epoch)))
+                   int(data.get("max_dead_letters_per_epoch", cls.max_dead_letters_per_epoch)),
+                   None if data.get("dead_letter_topic") is None else str(data["dead_letter_topic"]))
 
 
 def given_settings(options: Mapping[str, str]) -> dict[str, str]:
@@ -149,6 +159,25 @@ def parse_ratio(opts: Mapping[str, str], key: str) -> float:
     if not 0.0 <= ratio <= 1.0:
         raise RegionalConfigError(f"{key}={ratio} must be between 0 and 1")
     return ratio
+
+
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")  # Kafka's legal topic names
+
+
+def parse_topic(opts: Mapping[str, str], key: str, path: str) -> str | None:
+    """``deadLetterTopic``: a Kafka topic name, or None; given with ``deadLetterPath`` it is refused (dead letters
+    go to one place, so that each lands there exactly once)."""
+    topic = str(opts.get(key.lower(), "")).strip()
+    if not topic:
+        return None
+    if path.strip():
+        raise RegionalConfigError(f"{key}={topic!r} and deadLetterPath={path.strip()!r} are both given: dead "
+                                  "letters go to one place, a Delta table (deadLetterPath) or a Kafka topic "
+                                  "(deadLetterTopic). Give one (.option('deadLetterPath', '') drops a conf default)")
+    if not _TOPIC.match(topic) or topic in (".", ".."):
+        raise RegionalConfigError(f"{key}={topic!r} is not a Kafka topic name: use 1 to 249 letters, digits, '.', "
+                                  "'_' or '-'")
+    return topic
 
 
 def _raw(opts: Mapping[str, str], key: str, default: str | None = None) -> str:

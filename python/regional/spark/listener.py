@@ -104,7 +104,7 @@ class RegionalListener(StreamingQueryListener):
         for region, letter in sorted(record.dead_lettered.items()):
             log.warning("regional: query %s epoch %d: region %r offset %d dead-lettered to %s: %s",
                         progress.name or progress.id, record.epoch, region, letter.offset,
-                        plan.settings.dead_letter_path, letter.error)
+                        plan.settings.dead_letter_path or f"topic {plan.settings.dead_letter_topic}", letter.error)
         if plan.final and record.whole:
             # A bounded source is exhausted and everything it held is published: end the query.
             self._stop_later(str(progress.id), str(progress.runId))

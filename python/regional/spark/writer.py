@@ -10,9 +10,10 @@ phase-two coordinator (``regional.coordinator``), the only caller of the target 
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,7 +34,7 @@ from regional.spark.status_publisher import PUBLISHER
 from regional.spark.task_files import TaskFiles, TaskKey
 from regional.storage import open_storage
 from regional.store import Store
-from regional.targets import dead_letter_target, load_target
+from regional.targets import dead_letter_place, dead_letter_target, load_target
 from regional.targets.base import MIXED_REGIONS, QUERY_ID_OPTION, Target, chain_first
 
 log = logging.getLogger("regional")
@@ -146,6 +147,29 @@ def check_dead_letter_path(dead_letter_path: str | None, target: Target[Any]) ->
                                   "letters a Delta table of their own (their columns differ: epoch, error)")
 
 
+_CHECKED_TOPIC_SINKS: set[int] = set()  # hashes of sink settings already checked in this process (a writer per epoch)
+
+
+def check_dead_letter_topic(topic: str, query_id: str, options: Mapping[str, str],
+                            regions: Sequence[str] = ()) -> None:
+    """``deadLetterTopic`` needs its producer's settings on writeStream (``deadLetter.kafka.*``), valid ones; and
+    a query that reads its own dead-letter topic would dead-letter its poison records again and again."""
+    own = re.compile(re.escape(topic) + r"-[0-9]+")
+    looped = sorted(r for r in regions if own.fullmatch(r))
+    if looped:
+        raise RegionalConfigError(f"deadLetterTopic={topic} is read by this query itself (regions {looped[:3]}): "
+                                  "each dead letter would be read and dead-lettered again. Give the dead letters a "
+                                  "topic the query does not subscribe to")
+    key = hash((topic, query_id, tuple(sorted((k, v) for k, v in options.items() if k.startswith("deadletter.")))))
+    if key in _CHECKED_TOPIC_SINKS:
+        return
+    sink = dead_letter_target(dead_letter_place(None, topic) or "", query_id, options)
+    check = getattr(sink, "check", None)
+    if check is not None:
+        check()
+    _CHECKED_TOPIC_SINKS.add(key)
+
+
 class RegionalStreamWriter(DataSourceStreamArrowWriter):
     """Built on the driver for every epoch (and pickled into its tasks)."""
 
@@ -170,10 +194,12 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         self.target_options = {**{k.lower(): str(v) for k, v in options.items()}, QUERY_ID_OPTION: self.query_id}
         target = load_target(self.target_options)
         # readStream's options may set it too: commit checks the resolved value again.
-        dead_letter_path = {**conf_settings(conf), **given_settings(options)}.get("deadLetterPath", "")
-        check_dead_letter_path(optional_location_text("deadLetterPath", dead_letter_path), target)
+        seen = {**conf_settings(conf), **given_settings(options)}
+        check_dead_letter_path(optional_location_text("deadLetterPath", seen.get("deadLetterPath", "")), target)
+        if seen.get("deadLetterTopic", "").strip():  # its producer's settings fail at start, not at a dead letter
+            check_dead_letter_topic(seen["deadLetterTopic"].strip(), self.query_id, self.target_options)
         # A bad target fails at start, not in a task; an interrupted epoch is finished before new tasks run.
-        ready_target(store, target, self._target_schema(schema), dead_letter_target)
+        ready_target(store, target, self._target_schema(schema), self._dead_letter_sink)
         self.target_options.update(target.task_options())  # what open() found that the tasks' copies need
         given = given_settings(options)
         recorded = store.read_write_options()
@@ -198,6 +224,10 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
 
     def _target(self) -> Target[Any]:
         return load_target(self.target_options)
+
+    def _dead_letter_sink(self, location: str, query_id: str) -> Target[Any]:
+        """The coordinator's dead-letter sink factory: a topic's producer takes the sink's ``deadLetter.kafka.*``."""
+        return dead_letter_target(location, query_id, self.target_options)
 
     # -- phase one, in the task ------------------------------------------------------------------
 
@@ -298,8 +328,11 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
             raise RegionalPlanError(f"Spark's batch {batchId} carries the regional plan of epoch {plan.epoch}")
         target = self._target()
         check_dead_letter_path(plan.settings.dead_letter_path, target)
+        if plan.settings.dead_letter_topic is not None:  # set on readStream only: checked before any decision
+            check_dead_letter_topic(plan.settings.dead_letter_topic, self.query_id, self.target_options,
+                                    [rr.region for rr in plan.regions])
         tasks = [m.outcome if isinstance(m, RegionalCommitMessage) else None for m in messages]
-        commit_epoch(plan, tasks, store, target, self.mixed, dead_letter_target)
+        commit_epoch(plan, tasks, store, target, self.mixed, self._dead_letter_sink)
         PUBLISHER.request(self.checkpoint)  # the Spark UI tab's and the metrics' view, after the epoch
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -252,18 +252,24 @@ class Intent:
     record: EpochRecord
     publish: dict[str, Any]  # region -> handle
     discard: dict[str, Any] = field(default_factory=dict)
-    dead_letters: dict[str, Any] = field(default_factory=dict)  # region -> staged handle in the dead-letter table
+    dead_letters: dict[str, Any] = field(default_factory=dict)  # region -> staged handle in the dead-letter sink
+    # Where they go, as decided: a re-run publishes them there even if the options name another place now.
     dead_letter_path: str | None = None
+    dead_letter_topic: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"record": self.record.to_json(), "publish": self.publish, "discard": self.discard,
+        data = {"record": self.record.to_json(), "publish": self.publish, "discard": self.discard,
                 "dead_letters": self.dead_letters, "dead_letter_path": self.dead_letter_path}
+        if self.dead_letter_topic is not None:  # absent otherwise, as in intents written before topics
+            data["dead_letter_topic"] = self.dead_letter_topic
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Intent:
-        path = data.get("dead_letter_path")
+        path, topic = data.get("dead_letter_path"), data.get("dead_letter_topic")
         return cls(EpochRecord.from_json(data["record"]), dict(data["publish"]), dict(data["discard"]),
-                   dict(data.get("dead_letters", {})), None if path is None else str(path))
+                   dict(data.get("dead_letters", {})), None if path is None else str(path),
+                   None if topic is None else str(topic))
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Targets: one module per target (``delta``, ``postgres``, ``python_class``), each a ``base.Target``.
 
 ``load_target`` builds the one a sink's options name; ``dead_letter_target`` the sink of a query's dead
-letters (today a Delta table at ``deadLetterPath``; a dead-letter sink is a target like any other).
+letters: a Delta table at ``deadLetterPath`` or a Kafka topic, ``deadLetterTopic`` (``kafka_topic``); a
+dead-letter sink is a target like any other.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from regional.plugins import find_plugin
 from regional.targets import python_class
 from regional.targets.base import QUERY_ID_OPTION, EpochReport, RegionalTarget, Target
 
-__all__ = ["EpochReport", "RegionalTarget", "Target", "dead_letter_target", "load_target"]
+__all__ = ["EpochReport", "RegionalTarget", "Target", "dead_letter_place", "dead_letter_target", "load_target"]
 
 # The internal option that makes a Delta target a dead-letter table (its columns must match exactly).
 DEAD_LETTERS_OPTION = "regional.deadletters"
+# A dead-letter place that is a Kafka topic: ``kafka:<topic>`` (a table's path is absolute or ``scheme://...``).
+TOPIC_PLACE = "kafka:"
 
 
 def load_target(options: Mapping[str, str]) -> Target[Any]:
@@ -37,7 +40,19 @@ def load_target(options: Mapping[str, str]) -> Target[Any]:
     return python_class.as_target(name, module.create(dict(options)), dict(options))
 
 
-def dead_letter_target(location: str, query_id: str) -> Target[Any]:
-    """The sink of a query's dead letters: a Delta table at ``location`` whose columns must be the dead
-    letters' own (the source's columns, then ``epoch`` and ``error``)."""
+def dead_letter_place(path: str | None, topic: str | None) -> str | None:
+    """Where a query's dead letters go, as one text: the table's path, or ``kafka:<topic>``; None: nowhere."""
+    if path is not None:
+        return path
+    return None if topic is None else TOPIC_PLACE + topic
+
+
+def dead_letter_target(location: str, query_id: str, options: Mapping[str, str] | None = None) -> Target[Any]:
+    """The sink of a query's dead letters at ``location`` (``dead_letter_place``): a Delta table whose columns
+    must be the dead letters' own (the source's columns, then ``epoch`` and ``error``), or a Kafka topic whose
+    producer is configured by the sink's ``deadLetter.kafka.*`` ``options`` (``kafka_topic``)."""
+    if location.startswith(TOPIC_PLACE):
+        from regional.targets import kafka_topic
+
+        return kafka_topic.DeadLetterTopic(location[len(TOPIC_PLACE):], query_id, options or {})
     return load_target({"target": "delta", "path": location, QUERY_ID_OPTION: query_id, DEAD_LETTERS_OPTION: "true"})
