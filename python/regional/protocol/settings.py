@@ -30,6 +30,8 @@ DEFAULTS: dict[str, str] = {
     "retainEpochs": "100",
     "deadLetterPath": "",
     "maxDeadLettersPerEpoch": "10",
+    "deadLetterRetries": "0",
+    "deadLetterRetryBackoff": "",
 }
 SETTING_KEYS = {k.lower(): k for k in DEFAULTS}  # lower-cased -> canonical spelling
 
@@ -46,12 +48,17 @@ class Settings:
     retain_epochs: int = 100
     dead_letter_path: str | None = None  # a Delta table for records isolated as poison; None: no isolation
     max_dead_letters_per_epoch: int = 10  # the dead-letter brake: more in one epoch fails the query
+    # A record is dead-lettered only after it failed alone (with evidence) in this many epochs more than the first,
+    # each retry at least ``dead_letter_retry_backoff_s`` after the failure before it (docs/design.md, "Dead letters").
+    dead_letter_retries: int = 0
+    dead_letter_retry_backoff_s: float = 0.0
 
     @classmethod
     def parse(cls, values: Mapping[str, str]) -> Settings:
         """From canonical or lower-cased keys to typed values; a bad value is a clear error."""
         opts = {k.lower(): str(v) for k, v in values.items()}
         timeout = opts.get("regiontimeout", "").strip()
+        backoff = opts.get("deadletterretrybackoff", "").strip()
         return cls(
             enabled=parse_bool(opts, "enabled"),
             max_consecutive_failures=parse_int(opts, "maxConsecutiveFailures", minimum=1),
@@ -61,6 +68,8 @@ class Settings:
             retain_epochs=parse_int(opts, "retainEpochs", minimum=1),
             dead_letter_path=optional_location_text("deadLetterPath", opts.get("deadletterpath", "")),
             max_dead_letters_per_epoch=parse_int(opts, "maxDeadLettersPerEpoch", minimum=0),
+            dead_letter_retries=parse_int(opts, "deadLetterRetries", minimum=0),
+            dead_letter_retry_backoff_s=parse_backoff("deadLetterRetryBackoff", backoff) if backoff else 0.0,
         )
 
     def all_or_nothing(self) -> Settings:
@@ -71,7 +80,9 @@ class Settings:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Settings:
-        optional = {"dead_letter_path", "max_dead_letters_per_epoch"}  # absent in plans written before them
+        # absent in plans written before them
+        optional = {"dead_letter_path", "max_dead_letters_per_epoch", "dead_letter_retries",
+                    "dead_letter_retry_backoff_s"}
         names = {f.name for f in fields(cls)} - optional
         missing = names - set(data)
         if missing:
@@ -81,7 +92,8 @@ class Settings:
         return cls(bool(data["enabled"]), int(data["max_consecutive_failures"]), float(data["max_failure_ratio"]),
                    None if timeout is None else float(timeout), int(data["region_attempts"]),
                    int(data["retain_epochs"]), None if dead_letters is None else str(dead_letters),
-                   int(data.get("max_dead_letters_per_epoch", cls.max_dead_letters_per_epoch)))
+                   int(data.get("max_dead_letters_per_epoch", cls.max_dead_letters_per_epoch)),
+                   int(data.get("dead_letter_retries", 0)), float(data.get("dead_letter_retry_backoff_s", 0.0)))
 
 
 def given_settings(options: Mapping[str, str]) -> dict[str, str]:
@@ -162,6 +174,14 @@ _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|milliseconds?|s|sec|seconds
 _UNIT_SECONDS = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "s": 1.0, "sec": 1.0,
                  "second": 1.0, "seconds": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
                  "minutes": 60.0, "h": 3600.0, "hour": 3600.0, "hours": 3600.0}
+
+
+def parse_backoff(key: str, value: str) -> float:
+    """A duration that may be zero (no wait): ``"0"``, ``"30s"``, ``"5 minutes"``."""
+    match = _DURATION.match(value)
+    if match and float(match.group(1)) == 0:
+        return 0.0
+    return parse_duration(key, value)
 
 
 def parse_duration(key: str, value: str) -> float:
