@@ -208,3 +208,18 @@ def test_only_records_failing_alone_on_every_try_are_dead_lettered_and_every_oth
     assert all(o in poison or transient.get(o, 0) >= (retries + 1) * ATTEMPTS for o in dead)
     assert sorted(published["p"] + dead) == list(range(n)) and published["p"] == sorted(published["p"])
     assert published["h"] == list(range(len(published["h"])))
+
+
+def test_settings_changed_between_restarts_keep_the_tries_so_far():
+    """A restart plans with its own settings; the record's tries so far come from the epoch record. Fewer retries
+    than it has used: dead-lettered on its next failure alone (never lost, never kept forever); more: it waits
+    again, its count going on."""
+    previous = EpochRecord(8, EpochKind.REGIONAL, {}, {}, {"a": waiting(tries=2), "b": RegionState(0)},
+                           recorded_at=T0)
+    for retries, dead in [(1, True), (2, True), (3, False)]:
+        s = with_dead_letters(dead_letter_retries=retries, dead_letter_retry_backoff_s=1.0)
+        plan = plan_epoch(9, "q", "ck", previous.regions, {"a": 120, "b": 4}, s, now=T0 + 1)
+        record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, {"a": {37: math.inf}})), previous,
+                        now=T0 + 1)
+        assert bool(record.dead_lettered) is dead
+        assert record.regions["a"].failed_alone == (0 if dead else 3)
