@@ -15,6 +15,7 @@ import regional
 from integration.helpers import add_epoch_of_files, assert_exactly_once, regional_stream
 from integration.test_dead_letters import dead_letter_rows, expected_without, start
 from regional.cli.status import render
+from regional.store import Store
 
 
 def failing_udf(bad: str, count_dir: Path, failures: float):
@@ -108,3 +109,49 @@ def test_a_record_that_fails_on_every_try_is_dead_lettered_once_after_the_backof
     a = st.regions["a"]
     assert (a.committed_offset, a.dead_letters, a.failed_alone) == (2, 1, 0)
     assert "failed alone" not in render(st).split("\n  epoch")[0]  # nothing waits any more
+
+
+def test_a_restart_during_the_wait_keeps_the_tries_and_a_shorter_backoff_shortens_it(spark, dirs, tmp_path):
+    """Run 1 (backoff 1 hour) is stopped while a-001-0 waits for its retry; the tries so far and the failure's time
+    are in the epoch record. Run 2 (backoff 1s) retries it at once: its second failure alone dead-letters it
+    (deadLetterRetries=1); every other record is published once, in both runs together."""
+    import time
+
+    inp, out, ck = dirs
+    dlq, counts = tmp_path / "dead-letters", tmp_path / "counts"
+    counts.mkdir()
+    inputs = {**add_epoch_of_files(inp, ["a"], "001", 2), **add_epoch_of_files(inp, ["b", "c"], "001", 20)}
+    parse = failing_udf(inputs["a"][0], counts, failures=float("inf"))
+
+    def run(backoff: str):
+        df = regional_stream(spark, inp, ck)
+        return start(df.select("region", "offset", parse("value").alias("value")), out, ck,
+                     deadLetterPath=str(dlq), deadLetterRetries="1", deadLetterRetryBackoff=backoff)
+
+    query = run("1 hour")
+    try:
+        deadline = time.monotonic() + 180
+        while not (Store(ck).epochs() and alone_failures(ck)):
+            assert query.isActive and time.monotonic() < deadline, query.exception()
+            time.sleep(0.2)
+        time.sleep(2)  # the source is now waiting for the retry (at most 10 s a plan), empty epochs meanwhile
+        waiting = regional.status(ck)
+        assert waiting.retry("a") is not None and waiting.retry("a")[:2] == (1, 2)
+        assert waiting.retry("a")[2] > time.time() + 3000  # an hour after the failure
+        assert "failed alone 1 of 2 tries; next try at" in render(waiting)
+    finally:
+        stopped_at = time.monotonic()
+        query.stop()
+    assert time.monotonic() - stopped_at < 30  # the wait does not hold up Spark's stop
+    assert not dead_letter_rows(dlq)
+
+    query = run("1s")
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert_exactly_once(out, expected_without(inputs, {("a", 0)}), spark)
+    assert [(r["region"], r["offset"]) for r in dead_letter_rows(dlq)] == [("a", 0)]
+    failed = alone_failures(ck)
+    dead = [e.recorded_at for e in regional.status(ck).epochs if e.dead_lettered]
+    assert len(failed) == 1 and len(dead) == 1 and dead[0] - failed[0][1] >= 1.0
