@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime, timezone
 
 from regional.store.model import describe
 from regional.store.status import QueryStatus, status
@@ -30,6 +31,13 @@ def render(st: QueryStatus, epochs: bool = True) -> str:
             why = f"  ({s.reason})" if s.reason and s.ref_epoch is not None else ""
             if s.isolating is not None:
                 why = f"  isolating offsets [{s.isolating[0]}, {s.isolating[1]}){why}"
+            retry = st.retry(region)
+            if retry is not None:
+                tries, of, due = retry
+                when = "?" if due is None else (
+                    "now" if due <= st.now else f"at {_utc(due)} (in {_seconds(due - st.now)})")
+                why = (f"  offset {s.committed_offset} failed alone {tries} of {of} tries; next try {when} "
+                       f"(deadLetterRetries){why}")
             if s.timed_range is not None:
                 why += f"  straggler: ranges of at most {s.timed_range} offsets (regionTimeout)"
             lines.append(f"  {region:<{width}}  {s.committed_offset:>10}  {_dash(latest):>10}  {_dash(lag):>8}  "
@@ -45,6 +53,10 @@ def render(st: QueryStatus, epochs: bool = True) -> str:
             lines.extend(f"      {r}: offset {d.offset} dead-lettered: {d.error}"
                          for r, d in sorted(e.dead_lettered.items()))
     return "\n".join(lines)
+
+
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _dash(value: object) -> str:

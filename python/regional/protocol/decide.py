@@ -8,7 +8,7 @@
 - Dead letters (``deadLetterPath`` or ``deadLetterTopic``): a quarantined region's range becomes its
   ``isolating`` range; later plans read it in halves (``plan.isolation_end``) until the failing record
   stands alone; when that one record fails on every attempt too, it is dead-lettered and its offset
-  counts as done.
+  counts as done; with ``deadLetterRetries``, only on its last try (``held_for_retry``).
 - ``regionTimeout``: a straggler's next ranges are sized to what it did within the timeout (``timed_range``).
 
 Pure: plain functions over the store's model; no Spark, no I/O.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, NamedTuple
 
@@ -228,6 +229,7 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
     before = previous.regions if previous else {}
     seen = with_evidence({rr.region: outcomes.get(rr.region) or RegionOutcome(
         rr.region, Outcome.MISSING, rr.start, reason="no outcome") for rr in plan.regions})
+    seen, retrying = held_for_retry(plan, seen, before, now)
     letters = sorted(r for r, o in seen.items() if o.status is Outcome.DEAD_LETTERED)
     if len(letters) > settings.max_dead_letters_per_epoch:
         raise RegionalDeadLetterLimitError(
@@ -237,9 +239,11 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
             f"({seen[letters[0]].reason}), fix it and restart; or raise maxDeadLettersPerEpoch if the records "
             "really are bad")
     failed = {r: o for r, o in seen.items() if o.status not in DONE}
-    outage = bool(plan.regions) and not letters and not any(o.status is Outcome.WRITTEN for o in seen.values())
+    outage = (bool(plan.regions) and not letters and not retrying
+              and not any(o.status is Outcome.WRITTEN for o in seen.values()))
     narrowing = isolation_narrowing(plan, failed, before)
-    excused = set() if outage else narrowing  # isolation is progress, unless every region with work failed
+    # Isolation is progress, unless every region with work failed; so is a retry (records beside it passed).
+    excused = retrying | (set() if outage else narrowing)
     force_reason = force_reason or plan.force_reason or forced_global_reason(before, settings)
     kind, reason = epoch_kind(plan, failed, excused, force_reason)
     reset_counters = kind is EpochKind.ABORTED and force_reason is not None and settings.enabled
@@ -259,6 +263,9 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
             regions[rr.region], fallen_back[rr.region] = fell_back(
                 rr, state, failed.get(rr.region), rr.region in narrowing, rr.region in excused, reason,
                 reset_counters, timeout)
+            if rr.region in retrying:  # counted even if the epoch aborts: it failed alone, beside records that passed
+                regions[rr.region] = regions[rr.region]._replace(failed_alone=tries_so_far(state, rr) + 1,
+                                                                 failed_alone_at=now)
         elif outcome.status is Outcome.DEAD_LETTERED:
             dead_lettered[rr.region] = DeadLetter(rr.start, outcome.reason or UNKNOWN_CAUSE)
             # RegionState(...) rather than ._replace: this runs once per region with work, and a copy with
@@ -272,12 +279,52 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
     planned = {rr.region for rr in plan.regions}
     for region, (_gone_from, go_on) in plan.lost.items():  # lost records are gone, work or not
         if region not in planned:
-            regions[region] = regions.get(region, RegionState())._replace(committed_offset=go_on)
+            regions[region] = regions.get(region, RegionState())._replace(committed_offset=go_on, failed_alone=0,
+                                                                          failed_alone_at=None)
     regional = (previous.regional_epochs if previous else 0) + (kind is EpochKind.REGIONAL)
     stalled = outage and not narrowing  # nothing committed, dead-lettered or narrowed: the next epoch waits
     outages = (previous.outage_epochs if previous else 0) + 1 if stalled else 0
     return EpochRecord(plan.epoch, kind, committed, fallen_back, regions, reason, regional, now, dict(plan.lost),
-                       dead_lettered, outages)
+                       dead_lettered, outages, settings.dead_letter_retries, settings.dead_letter_retry_backoff_s)
+
+
+# deadLetterRetries: a record is dead-lettered only after it failed alone, with evidence, in deadLetterRetries + 1
+# epochs; after each failure but the last, its region waits deadLetterRetryBackoff before it is planned again
+# (``plan.retry_due``). A failure without evidence (an outage) is no try: it never counts.
+def tries_so_far(state: RegionState | None, rr: RegionRange) -> int:
+    """Epochs in which the record ``rr`` isolates already failed alone with evidence (0 if it is not that record's
+    count: the region has moved on since)."""
+    if state is None or not state.failed_alone or state.committed_offset != rr.start:
+        return 0
+    return state.failed_alone
+
+
+def held_for_retry(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapping[str, RegionState],
+                   now: float) -> tuple[dict[str, RegionOutcome], set[str]]:
+    """``seen``, with each dead letter that still has retries left turned back into a quarantine, and those regions.
+    Runs after ``with_evidence``: what is still a dead letter here failed alone beside records that passed."""
+    retries = plan.settings.dead_letter_retries
+    if retries <= 0 or not any(o.status is Outcome.DEAD_LETTERED for o in seen.values()):
+        return seen, set()
+    held, retrying = dict(seen), set()
+    backoff = plan.settings.dead_letter_retry_backoff_s
+    for rr in plan.regions:
+        outcome = seen[rr.region]
+        if outcome.status is not Outcome.DEAD_LETTERED:
+            continue
+        tries = tries_so_far(before.get(rr.region), rr) + 1
+        if tries > retries:
+            continue  # its last try: dead-lettered
+        retrying.add(rr.region)
+        held[rr.region] = outcome._replace(status=Outcome.QUARANTINED, dead_letter=None, reason=(
+            f"offset {rr.start} failed alone {tries} of {retries + 1} times (deadLetterRetries={retries}); retried "
+            f"after {utc(now + backoff)} ({outcome.reason or UNKNOWN_CAUSE})"))
+    return held, retrying
+
+
+def utc(seconds: float) -> str:
+    """A wall-clock time for a reason: ``2026-11-25 21:40:03 UTC``."""
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 # Poison needs evidence, in the same epoch: a record that failed alone on every attempt is dead-lettered only when
@@ -358,7 +405,7 @@ def fell_back(rr: RegionRange, state: RegionState, own: RegionOutcome | None, na
         rr.start, state.last_epoch, 0 if reset_counters else state.consecutive_failures + counted,
         Standing.QUARANTINED if quarantined else Standing.FALLEN_BACK, why,
         (rr.start, rr.end) if narrowed else state.isolating, state.dead_letters,
-        state.timed_range if timeout else None)
+        state.timed_range if timeout else None, state.failed_alone, state.failed_alone_at)
     ref = after.ref_epoch
     return after, FallBack(-1 if ref is None else ref, why, quarantined)
 

@@ -136,6 +136,7 @@ def plan_epoch(
     first_offsets: Mapping[str, int] | None = None,
     retention: Retention | None = None,
     sparse: bool = False,
+    now: float | None = None,
 ) -> EpochPlan:
     """Plan ``epoch``: each known region from its committed offset to what is available.
 
@@ -146,7 +147,10 @@ def plan_epoch(
     below a region's log start are gone; the plan skips them (recorded in ``lost``) or fails. A region
     that is isolating a poison record (``deadLetterPath`` or ``deadLetterTopic``) reads the first half of its
     suspect range. With ``regionTimeout``, a straggler reads no more than its ``timed_range`` (see
-    ``timed_range``). ``sparse``: the input's offsets are far apart (``probe_ranges``).
+    ``timed_range``). ``sparse``: the input's offsets are far apart (``probe_ranges``). With
+    ``deadLetterRetries``, a region whose isolated record failed alone is not planned before its retry is due
+    (``retry_due``, against ``now``, wall-clock seconds; None: no clock, nothing waits), nor in a graceful stop's
+    forced-global epoch (a failed retry there would abort it): it keeps its place, the other regions go on.
     """
     backlog: dict[str, tuple[int, int]] = {}
     lost: dict[str, tuple[int, int]] = {}
@@ -176,7 +180,11 @@ def plan_epoch(
             )
         if timed and state is not None and state.timed_range is not None:
             end = min(end, start + state.timed_range)  # a straggler: what it can do within regionTimeout
-        if isolating and state is not None and state.isolating is not None and start < state.isolating[1]:
+        due = retry_due(state, settings) if isolating and state is not None and start == state.committed_offset \
+            else None
+        if due is not None and (force_reason is not None or (now is not None and now < due)):
+            end = start  # waits for its retry: nothing past its record may go before it
+        elif isolating and state is not None and state.isolating is not None and start < state.isolating[1]:
             end = min(end, isolation_end(start, state.isolating))
             if end == start + 1 == state.isolating[1]:
                 alone.add(region)
@@ -195,6 +203,17 @@ def plan_epoch(
     probed = tuple(RegionRange(rr.region, s, e, None, probe=True)
                    for rr in ranges if rr.isolated for s, e in probes.get(rr.region, ()))
     return EpochPlan(query_id, epoch, store, ranges, settings, final, force_reason, lost, probed)
+
+
+def retry_due(state: RegionState, settings: Settings) -> float | None:
+    """When a region whose isolated record failed alone (``deadLetterRetries``) may be planned again: the last
+    failure's time plus ``deadLetterRetryBackoff`` (the settings of the plan being made: a restart with a shorter
+    backoff shortens a wait). None when it waits for no retry."""
+    suspect = state.isolating
+    if (not state.failed_alone or state.failed_alone_at is None or suspect is None
+            or suspect[1] != state.committed_offset + 1):
+        return None
+    return state.failed_alone_at + settings.dead_letter_retry_backoff_s
 
 
 PROBE_SPAN = 8  # offsets a probe reads (several: a Kafka offset may hold no record)

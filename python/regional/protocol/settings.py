@@ -31,6 +31,8 @@ DEFAULTS: dict[str, str] = {
     "deadLetterPath": "",
     "deadLetterTopic": "",
     "maxDeadLettersPerEpoch": "10",
+    "deadLetterRetries": "0",
+    "deadLetterRetryBackoff": "",
 }
 SETTING_KEYS = {k.lower(): k for k in DEFAULTS}  # lower-cased -> canonical spelling
 
@@ -49,6 +51,10 @@ class Settings:
     max_dead_letters_per_epoch: int = 10  # the dead-letter brake: more in one epoch fails the query
     # A Kafka topic for them instead (its producer's settings, ``deadLetter.kafka.*``, never enter the plan).
     dead_letter_topic: str | None = None
+    # A record is dead-lettered only after it failed alone (with evidence) in this many epochs more than the first,
+    # each retry at least ``dead_letter_retry_backoff_s`` after the failure before it (docs/design.md, "Dead letters").
+    dead_letter_retries: int = 0
+    dead_letter_retry_backoff_s: float = 0.0
 
     @property
     def isolates(self) -> bool:
@@ -60,6 +66,7 @@ class Settings:
         """From canonical or lower-cased keys to typed values; a bad value is a clear error."""
         opts = {k.lower(): str(v) for k, v in values.items()}
         timeout = opts.get("regiontimeout", "").strip()
+        backoff = opts.get("deadletterretrybackoff", "").strip()
         return cls(
             enabled=parse_bool(opts, "enabled"),
             max_consecutive_failures=parse_int(opts, "maxConsecutiveFailures", minimum=1),
@@ -70,6 +77,8 @@ class Settings:
             dead_letter_path=optional_location_text("deadLetterPath", opts.get("deadletterpath", "")),
             max_dead_letters_per_epoch=parse_int(opts, "maxDeadLettersPerEpoch", minimum=0),
             dead_letter_topic=parse_topic(opts, "deadLetterTopic", opts.get("deadletterpath", "")),
+            dead_letter_retries=parse_int(opts, "deadLetterRetries", minimum=0),
+            dead_letter_retry_backoff_s=parse_backoff("deadLetterRetryBackoff", backoff) if backoff else 0.0,
         )
 
     def all_or_nothing(self) -> Settings:
@@ -80,7 +89,9 @@ class Settings:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Settings:
-        optional = {"dead_letter_path", "max_dead_letters_per_epoch", "dead_letter_topic"}  # absent in older plans
+        # absent in plans written before them
+        optional = {"dead_letter_path", "max_dead_letters_per_epoch", "dead_letter_topic", "dead_letter_retries",
+                    "dead_letter_retry_backoff_s"}
         names = {f.name for f in fields(cls)} - optional
         missing = names - set(data)
         if missing:
@@ -91,7 +102,8 @@ class Settings:
                    None if timeout is None else float(timeout), int(data["region_attempts"]),
                    int(data["retain_epochs"]), None if dead_letters is None else str(dead_letters),
                    int(data.get("max_dead_letters_per_epoch", cls.max_dead_letters_per_epoch)),
-                   None if data.get("dead_letter_topic") is None else str(data["dead_letter_topic"]))
+                   None if data.get("dead_letter_topic") is None else str(data["dead_letter_topic"]),
+                   int(data.get("dead_letter_retries", 0)), float(data.get("dead_letter_retry_backoff_s", 0.0)))
 
 
 def given_settings(options: Mapping[str, str]) -> dict[str, str]:
@@ -191,6 +203,14 @@ _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|milliseconds?|s|sec|seconds
 _UNIT_SECONDS = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "s": 1.0, "sec": 1.0,
                  "second": 1.0, "seconds": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
                  "minutes": 60.0, "h": 3600.0, "hour": 3600.0, "hours": 3600.0}
+
+
+def parse_backoff(key: str, value: str) -> float:
+    """A duration that may be zero (no wait): ``"0"``, ``"30s"``, ``"5 minutes"``."""
+    match = _DURATION.match(value)
+    if match and float(match.group(1)) == 0:
+        return 0.0
+    return parse_duration(key, value)
 
 
 def parse_duration(key: str, value: str) -> float:

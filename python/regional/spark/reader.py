@@ -22,16 +22,26 @@ from regional.errors import RegionalConfigError, RegionalDataLossError, Regional
 from regional.inputs import load_input
 from regional.inputs.base import AcknowledgingInput, RetainedInput, StoredInput
 from regional.location import same_location
-from regional.protocol.plan import INITIAL_EPOCH, EpochPlan, RegionRange, Retention, initial_offset, plan_epoch
+from regional.protocol.plan import (
+    INITIAL_EPOCH,
+    EpochPlan,
+    RegionRange,
+    Retention,
+    initial_offset,
+    plan_epoch,
+    retry_due,
+)
 from regional.protocol.settings import Settings, parse_optional_int, resolve_settings
 from regional.spark.status_publisher import PUBLISHER, enabled
 from regional.spark.task_files import TIMED_BATCH_ROWS, ReadReceipt, SinkWatch, TaskFiles, TaskKey
 from regional.store import EpochRecord, RegionState, Standing, Store
+from regional.store.model import OUTAGE_BACKOFF_MAX_S
 
 log = logging.getLogger("regional")
 
 # getDefaultReadLimit's ReadMaxRows when only maxRecordsPerRegion limits reading: no total cap.
 NO_TOTAL_LIMIT = 2**62
+RETRY_WAIT_MAX_S = OUTAGE_BACKOFF_MAX_S  # the longest one plan waits for a retry before it hands Spark an empty epoch
 
 
 def trigger_limit(options: Mapping[str, str]) -> int | None:
@@ -151,11 +161,20 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                          retention.log_starts if retention else None)
         if self.available_now is not None:
             available = {r: min(n, self.available_now.get(r, 0)) for r, n in available.items()}
-        plan = plan_epoch(epoch, query_id, str(self.store.checkpoint), states, available,
-                          self.resolved_settings(), per_region, total,
-                          ends=self.available_now if self.available_now is not None else self.input.ends(),
-                          force_reason="a graceful stop asked for a final global epoch" if stopping else None,
-                          first_offsets=first_offsets, retention=retention, sparse=self.input.sparse)
+        settings = self.resolved_settings()
+
+        def plan_now() -> EpochPlan:
+            return plan_epoch(epoch, query_id, str(self.store.checkpoint), states, available, settings, per_region,
+                              total, ends=self.available_now if self.available_now is not None else self.input.ends(),
+                              force_reason="a graceful stop asked for a final global epoch" if stopping else None,
+                              first_offsets=first_offsets, retention=retention, now=time.time(),
+                              sparse=self.input.sparse)
+
+        plan = plan_now()
+        waiting = self._retries_waiting(states, settings) if not plan.regions and not stopping else None
+        if waiting is not None:
+            self._wait_for_retry(waiting)
+            plan = plan_now()
         for region, (gone_from, go_on) in sorted(plan.lost.items()):
             if (region, gone_from) not in self.warned_lost:
                 self.warned_lost.add((region, gone_from))
@@ -169,7 +188,24 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Nothing to read anywhere: hand Spark its own offset back, so no empty epoch runs (and a bounded
         # query, or Trigger.AvailableNow, ends). Except for a new query: Spark runs its batch 0 whatever the
         # source says, so epoch 0 is then an empty plan and Spark's batch ids stay the regional epochs.
-        return plan.to_offset() if plan.regions or previous == INITIAL_EPOCH else start
+        # A region waiting for a retry (deadLetterRetries) still has work: an empty epoch, not "nothing new", which
+        # would end Trigger.AvailableNow and processAllAvailable with its record neither published nor dead-lettered.
+        return plan.to_offset() if plan.regions or previous == INITIAL_EPOCH or waiting is not None else start
+
+    @staticmethod
+    def _retries_waiting(states: Mapping[str, RegionState], settings: Settings) -> float | None:
+        """When the first region waiting for a retry of its isolated record is due; None when none waits."""
+        if not (settings.enabled and settings.isolates):
+            return None
+        dues = [due for s in states.values() if (due := retry_due(s, settings)) is not None]
+        return min(dues) if dues else None
+
+    def _wait_for_retry(self, due: float) -> None:
+        """Nothing else to read: wait for the first retry that is due, at most ``RETRY_WAIT_MAX_S`` at a time (Spark's
+        stop waits for a source that is waiting); a graceful stop cuts it short."""
+        deadline = time.monotonic() + min(due - time.time(), RETRY_WAIT_MAX_S)
+        while time.monotonic() < deadline and not self.store.final_epoch_requested_since(self.started_at):
+            time.sleep(min(0.2, max(deadline - time.monotonic(), 0.0)))
 
     def _back_off(self, record: EpochRecord) -> None:
         """After epochs in which every region with work failed and nothing progressed (an outage), the next epoch

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from regional.errors import RegionalConfigError, RegionalError
 from regional.protocol.settings import CONF_PREFIX, Settings, resolve_settings
 from regional.spark import shim
-from regional.store import Store
+from regional.store import EpochRecord, Standing, Store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -175,6 +175,13 @@ def stop(query: StreamingQuery, timeout: float = 60.0, checkpoint: str | None = 
             if latest is not None and latest.whole and (latest.epoch > asked_after or idle):
                 done = True
                 break
+            if latest is not None and _only_retries_behind(latest) and (latest.epoch > asked_after or idle):
+                # A record waiting for its retry (deadLetterRetries) is not planned in the final epoch; the next start
+                # retries it. Waiting out the timeout would change nothing.
+                log.warning("regional: stopping with region(s) %s waiting to retry an isolated record "
+                            "(deadLetterRetries); the next start retries them",
+                            ", ".join(sorted(r for r, s in latest.regions.items() if s.failed_alone)[:10]))
+                break
             time.sleep(0.1)
         if not done:
             behind = sorted(r for r, s in (latest.regions.items() if latest else ()) if s.ref_epoch is not None)
@@ -186,6 +193,14 @@ def stop(query: StreamingQuery, timeout: float = 60.0, checkpoint: str | None = 
         query.stop()
         store.clear_final_epoch_request()
     return done
+
+
+def _only_retries_behind(record: EpochRecord) -> bool:
+    """Every region behind waits for a retry of its isolated record, and none was cut (``EpochRecord.whole`` but
+    for those)."""
+    behind = [s for s in record.regions.values() if s.state is not Standing.OK]
+    return (bool(behind) and all(s.failed_alone for s in behind)
+            and not any(c.cut for c in record.committed.values()))
 
 
 def _check_python(spark: SparkSession) -> None:

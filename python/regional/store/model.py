@@ -49,6 +49,12 @@ class RegionState(NamedTuple):
     # regionTimeout: the most offsets its next range may hold, sized from how long its last slices took
     # (``protocol.decide.timed_range``); None: no limit of its own.
     timed_range: int | None = None
+    # deadLetterRetries: epochs in which the record it isolates (at ``committed_offset``) failed alone on every
+    # attempt while records beside it passed, without being dead-lettered yet (it had retries left), and when the
+    # last of them was decided; the region is planned again ``deadLetterRetryBackoff`` after that. Both reset when
+    # the region moves on (the record passed, or was dead-lettered).
+    failed_alone: int = 0
+    failed_alone_at: float | None = None
 
     @property
     def ref_epoch(self) -> int | None:
@@ -83,6 +89,8 @@ def _standing(value: Any) -> Standing:
 # written twice per epoch (planning, deciding, the intent, the record), and that was most of the driver's work.
 REGION_STATE_COLUMNS = ("id", "committed_offset", "last_epoch", "consecutive_failures", "state", "reason", "isolating",
                   "dead_letters", "timed_range")
+# Columns added later, absent from records written before them (written only when some region has a value).
+OPTIONAL_REGION_STATE_COLUMNS = ("failed_alone", "failed_alone_at")
 
 
 def regions_to_columns(regions: Mapping[str, RegionState]) -> dict[str, list[Any]]:
@@ -97,19 +105,30 @@ def regions_to_columns(regions: Mapping[str, RegionState]) -> dict[str, list[Any
         "isolating": [None if s.isolating is None else list(s.isolating) for s in states],
         "dead_letters": [s.dead_letters for s in states],
         "timed_range": [s.timed_range for s in states],
+        **({"failed_alone": [s.failed_alone for s in states],
+            "failed_alone_at": [s.failed_alone_at for s in states]}
+           if any(s.failed_alone for s in states) else {}),
     }
 
 
 def regions_from_columns(data: Mapping[str, Any]) -> dict[str, RegionState]:
     """The inverse of ``regions_to_columns``; a column of another length is an error, never a default."""
     columns = _columns(data, REGION_STATE_COLUMNS)
-    return {
+    regions = {
         str(r): RegionState(int(offset), None if last is None else int(last), int(failures), _standing(standing),
                             None if reason is None else str(reason),
                             None if isolating is None else (int(isolating[0]), int(isolating[1])), int(letters),
                             None if timed is None else int(timed))
         for r, offset, last, failures, standing, reason, isolating, letters, timed in zip(*columns, strict=True)
     }
+    if "failed_alone" not in data and "failed_alone_at" not in data:
+        return regions  # a record written before deadLetterRetries, or with no region waiting for a retry
+    extra = _columns({"id": columns[0], **data}, ("id", *OPTIONAL_REGION_STATE_COLUMNS))
+    for r, tries, at in zip(*extra, strict=True):
+        if tries:
+            regions[str(r)] = regions[str(r)]._replace(failed_alone=int(tries),
+                                                       failed_alone_at=None if at is None else float(at))
+    return regions
 
 
 def _columns(data: Mapping[str, Any], names: tuple[str, ...]) -> list[list[Any]]:
@@ -177,6 +196,10 @@ class EpochRecord:
     # Epochs in a row, this one included, in which every region with work failed and nothing progressed (an
     # outage, not poison): the next epoch waits ``backoff_s`` after this one.
     outage_epochs: int = 0
+    # The plan's deadLetterRetries and deadLetterRetryBackoff (seconds), for status: a region waiting for a retry
+    # is due ``failed_alone_at`` + the backoff, and has had ``failed_alone`` of ``retries + 1`` tries.
+    dead_letter_retries: int = 0
+    dead_letter_retry_backoff_s: float = 0.0
 
     @property
     def backoff_s(self) -> float:
@@ -218,6 +241,9 @@ class EpochRecord:
             "lost": {r: list(span) for r, span in self.lost.items()},
             "dead_lettered": {r: [d.offset, d.error] for r, d in self.dead_lettered.items()},
             "outage_epochs": self.outage_epochs,
+            **({"dead_letter_retries": self.dead_letter_retries,
+                "dead_letter_retry_backoff_s": self.dead_letter_retry_backoff_s}
+               if self.dead_letter_retries or self.dead_letter_retry_backoff_s else {}),
         }
 
     @classmethod
@@ -237,6 +263,8 @@ class EpochRecord:
             lost={str(r): (int(a), int(b)) for r, (a, b) in data.get("lost", {}).items()},
             dead_lettered={str(r): DeadLetter(int(o), str(e)) for r, (o, e) in data.get("dead_lettered", {}).items()},
             outage_epochs=int(data.get("outage_epochs", 0)),
+            dead_letter_retries=int(data.get("dead_letter_retries", 0)),
+            dead_letter_retry_backoff_s=float(data.get("dead_letter_retry_backoff_s", 0.0)),
         )
 
 

@@ -30,6 +30,7 @@ class Progress:
     dead_letters: int = 0  # records dead-lettered so far, all regions
     isolating: int = 0  # regions isolating a poison record now
     outage_epochs: int = 0  # epochs in a row in which every region with work failed (an outage, backing off)
+    retries_pending: int = 0  # isolated records that failed alone and wait for a retry (deadLetterRetries)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,23 @@ class QueryStatus:
         since = self.ref_recorded_at.get(state.ref_epoch)
         return self.last_epoch - state.ref_epoch, None if since is None else max(self.now - since, 0.0)
 
+    def retry(self, region: str) -> tuple[int, int, float | None] | None:
+        """A region whose isolated record failed alone and waits for a retry (deadLetterRetries): (tries so far,
+        of how many, when the next is due by the newest epoch's settings); None when it waits for none."""
+        state, last = self.regions.get(region), self.epochs[-1] if self.epochs else None
+        if state is None or not state.failed_alone:
+            return None
+        retries, backoff = (last.dead_letter_retries, last.dead_letter_retry_backoff_s) if last else (0, 0.0)
+        due = None if state.failed_alone_at is None else state.failed_alone_at + backoff
+        return state.failed_alone, max(retries + 1, state.failed_alone + 1), due
+
+    def retry_json(self, region: str) -> dict[str, Any] | None:
+        retry = self.retry(region)
+        if retry is None:
+            return None
+        tries, of, due = retry
+        return {"offset": self.regions[region].committed_offset, "tries": tries, "of": of, "due_at": due}
+
     def region_json(self, region: str) -> dict[str, Any]:
         s = self.regions[region]
         age_epochs, age_s = self.ref_age(region)
@@ -93,7 +111,8 @@ class QueryStatus:
                 "ref_age_epochs": age_epochs, "ref_age_seconds": None if age_s is None else round(age_s, 3),
                 "consecutive_failures": s.consecutive_failures, "reason": s.reason,
                 "retention_headroom": self.retention_headroom(region), "dead_letters": s.dead_letters,
-                "isolating": None if s.isolating is None else list(s.isolating), "timed_range": s.timed_range}
+                "isolating": None if s.isolating is None else list(s.isolating), "timed_range": s.timed_range,
+                "retry": self.retry_json(region)}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -121,7 +140,8 @@ class QueryStatus:
                         states.count(Standing.QUARANTINED), max(lags) if lags else None,
                         sum(s.dead_letters for s in self.regions.values()),
                         sum(s.isolating is not None for s in self.regions.values()),
-                        self.epochs[-1].outage_epochs if self.epochs else 0)
+                        self.epochs[-1].outage_epochs if self.epochs else 0,
+                        sum(s.failed_alone > 0 for s in self.regions.values()))
 
 
 SNAPSHOT_EPOCHS = 20  # the newest epochs a snapshot shows
