@@ -231,3 +231,14 @@ def test_the_own_input_check_resolves_symbolic_links(tmp_path):
     assert same_location(str(tmp_path / "alias"), f"file://{tmp_path / 'dlq'}/")
     assert not same_location(str(tmp_path / "dlq"), str(tmp_path / "other"))
     assert not same_location("s3a://bkt/dlq", "s3a://bkt/other") and same_location("s3://bkt/dlq", "s3a://bkt/dlq")
+
+
+def test_a_sparse_input_probes_both_sides_of_its_suspect_and_a_dense_one_a_few_offsets():
+    from regional.protocol.plan import PROBE_SPAN, probe_ranges
+
+    assert probe_ranges(17, 42, 0, sparse=True) == [(0, 17), (18, 42)]
+    assert probe_ranges(0, 42, 0, sparse=True) == [(1, 42)]  # a region's first record: the records after it
+    assert probe_ranges(41, 42, 0, sparse=True) == [(0, 41)]
+    assert probe_ranges(0, 1, 0, sparse=True) == []
+    assert probe_ranges(17, 42, 0) == [(17 - PROBE_SPAN, 17)]
+    assert probe_ranges(0, 42, 0) == [(1, 1 + PROBE_SPAN)]
