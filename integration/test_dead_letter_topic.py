@@ -112,6 +112,33 @@ def test_an_epochs_dead_letters_are_produced_once_however_often_its_commit_runs(
     assert len(letters_in(kafka, topic, "read_uncommitted")) == 4  # the zombie's record is there, aborted
 
 
+def test_a_store_behind_the_topics_marker_fails_and_letters_are_bounded_and_strict_json(kafka):
+    """Found by a cold review. A checkpoint restored from a backup (or copied: the same query id) is behind the
+    marker: its epoch's letters would be skipped silently; the commit fails instead, naming it. An error message
+    that quotes a huge record is cut in the header (it would double the letter, past max.message.bytes). A NaN
+    in a row is null in its JSON (strict parsers refuse the bare NaN token)."""
+    from regional.errors import RegionalStoreError
+
+    topic = dead_topic()
+    first = sink(kafka, topic, query_id="q-restored")
+    first.commit(7, {"a": first.prepare(7, "a", iter(kafka_letter("src", 0, 1, b"m-7", 7).to_batches()))})
+    restored = sink(kafka, topic, query_id="q-restored")
+    handles = {"a": restored.prepare(3, "a", iter(kafka_letter("src", 0, 2, b"m-3", 3).to_batches()))}
+    with pytest.raises(RegionalStoreError, match="up to epoch 7, but its store is at epoch 3: the checkpoint was "
+                                                 "restored from a backup or copied"):
+        restored.commit(3, handles)
+    assert [m["value"] for m in letters_in(kafka, topic)] == [b"m-7"]
+
+    rows = pa.table({"region": ["a"], "offset": pa.array([9], pa.int64()), "score": pa.array([float("nan")]),
+                     "epoch": pa.array([1], pa.int64()), "error": ["ValueError: " + "x" * 100_000]})
+    bounded = sink(kafka, topic, query_id="q-bounded")
+    bounded.commit(1, {"a": bounded.prepare(1, "a", iter(rows.to_batches()))})
+    letter = next(m for m in letters_in(kafka, topic) if m["headers"]["regional.query.id"] == "q-bounded")
+    assert json.loads(letter["value"]) == {"region": "a", "offset": 9, "score": None}
+    message = letter["headers"]["regional.error.message"]
+    assert len(message) < 8300 and message.endswith(" ... (cut)")
+
+
 def start_with_topic(df, out, ck, dead: str, brokers: str, parse, **options: str):
     writer = (df.select("region", "offset", parse(F.col("value").cast("string")).alias("value")).writeStream
               .format("regional").option("target", "delta").option("path", str(out))

@@ -223,3 +223,63 @@ def test_settings_changed_between_restarts_keep_the_tries_so_far():
                         now=T0 + 1)
         assert bool(record.dead_lettered) is dead
         assert record.regions["a"].failed_alone == (0 if dead else 3)
+
+
+def test_a_waiting_region_the_source_no_longer_has_makes_no_empty_epochs(tmp_path):
+    """A record waiting for its retry whose region is gone from the source (a topic deleted, failOnDataLoss=false)
+    is never planned again: the reader hands Spark its own offset back ("nothing new"), not an empty epoch after
+    another (found by a cold review: ~5 empty epochs a second, and AvailableNow never ended)."""
+    import time as clock
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from regional.spark.reader import RegionalStreamReader
+    from regional.store import EpochKind, EpochRecord, RegionState, Standing, Store
+
+    store = Store(str(tmp_path))
+    query_id = store.open_query()
+    store.record_write_options("run", {"deadLetterPath": str(tmp_path / "dlq"), "deadLetterRetries": "2",
+                                       "deadLetterRetryBackoff": "1s"})
+    now = clock.time()
+    waiting = RegionState(37, 3, 0, Standing.QUARANTINED, "failed alone", isolating=(37, 38), failed_alone=1,
+                          failed_alone_at=now - 100)
+    store.write_record(EpochRecord(0, EpochKind.REGIONAL, {}, {}, {"g000": waiting, "g001": RegionState(100, 0)},
+                                   recorded_at=now))
+    reader = RegionalStreamReader({}, {"source": "generator", "regions": "2", "rowsPerEpoch": "100",
+                                       "totalRows": "100", "checkpointlocation": str(tmp_path)})
+    reader.input.available = lambda epoch: {"g001": 100}  # type: ignore[method-assign]  # g000 is gone
+    start = {"query_id": query_id, "epoch": 0}
+    assert reader.latestOffset(start, ReadAllAvailable()) == start
+
+
+def test_a_region_that_moved_past_lost_records_does_not_inherit_the_lost_records_tries():
+    """Found by a cold review: a record waiting with one try used was lost to retention (failOnDataLoss=false) in an
+    epoch the region fell back; the record next at the region's start was then dead-lettered on its first failure
+    alone, without its retries."""
+    from regional.protocol.decide import tries_so_far
+    from regional.protocol.plan import RegionRange, Retention
+
+    s = with_dead_letters(dead_letter_retries=1, dead_letter_retry_backoff_s=60.0)
+    rec = EpochRecord(9, EpochKind.REGIONAL, {}, {}, {"a": waiting(37, 1, T0), "b": RegionState(0)}, recorded_at=T0)
+    plan = plan_epoch(10, "q", "ck", rec.regions, {"a": 200, "b": 10}, s,
+                      retention=Retention({"a": 100, "b": 0}, False), now=T0 + 30)
+    assert plan.lost == {"a": (37, 100)}
+    rec = decide(plan, outcomes_from_tasks(plan, [None, None]), rec, now=T0 + 30)  # its tasks reported nothing
+    a = rec.regions["a"]
+    assert (a.committed_offset, a.failed_alone, a.failed_alone_at) == (100, 0, None)
+    assert tries_so_far(a, RegionRange("a", 100, 101, None, True)) == 0
+
+
+def test_a_failure_time_ahead_of_the_clock_counts_as_now_and_no_retries_means_no_wait():
+    ahead = waiting(37, 1, T0 + 30 * 86400)  # recorded by a clock that was a month ahead
+    assert retry_due(ahead, with_dead_letters(dead_letter_retries=2, dead_letter_retry_backoff_s=5.0), T0) == T0 + 5
+    assert retry_due(ahead, with_dead_letters(dead_letter_retries=0, dead_letter_retry_backoff_s=5.0), T0) is None
+    plan = plan_epoch(5, "q", "ck", {"a": ahead, "b": RegionState(0)}, {"a": 100, "b": 10},
+                      with_dead_letters(dead_letter_retries=2, dead_letter_retry_backoff_s=0.0), now=T0)
+    assert [r.region for r in plan.regions] == ["a", "b"]
+
+
+def test_a_backoff_longer_than_a_month_is_refused():
+    with pytest.raises(RegionalConfigError, match="deadLetterRetryBackoff='99999999 hours' is longer than 30 days"):
+        resolve_settings({}, {"deadLetterPath": "/d", "deadLetterRetries": "1",
+                              "deadLetterRetryBackoff": "99999999 hours"}, {})

@@ -401,11 +401,14 @@ def fell_back(rr: RegionRange, state: RegionState, own: RegionOutcome | None, na
     why = own.reason if own and own.reason else f"epoch aborted: {epoch_reason}"
     quarantined = own is not None and own.status is Outcome.QUARANTINED
     counted = own is not None and not excused
+    same_start = rr.start == state.committed_offset  # else records before its range were lost: it moved on
     after = RegionState(
         rr.start, state.last_epoch, 0 if reset_counters else state.consecutive_failures + counted,
         Standing.QUARANTINED if quarantined else Standing.FALLEN_BACK, why,
         (rr.start, rr.end) if narrowed else state.isolating, state.dead_letters,
-        state.timed_range if timeout else None, state.failed_alone, state.failed_alone_at)
+        state.timed_range if timeout else None,
+        # A record's tries stay its own: a region that moved on starts afresh.
+        state.failed_alone if same_start else 0, state.failed_alone_at if same_start else None)
     ref = after.ref_epoch
     return after, FallBack(-1 if ref is None else ref, why, quarantined)
 

@@ -180,7 +180,7 @@ def plan_epoch(
             )
         if timed and state is not None and state.timed_range is not None:
             end = min(end, start + state.timed_range)  # a straggler: what it can do within regionTimeout
-        due = retry_due(state, settings) if isolating and state is not None and start == state.committed_offset \
+        due = retry_due(state, settings, now) if isolating and state is not None and start == state.committed_offset \
             else None
         if due is not None and (force_reason is not None or (now is not None and now < due)):
             end = start  # waits for its retry: nothing past its record may go before it
@@ -205,15 +205,17 @@ def plan_epoch(
     return EpochPlan(query_id, epoch, store, ranges, settings, final, force_reason, lost, probed)
 
 
-def retry_due(state: RegionState, settings: Settings) -> float | None:
+def retry_due(state: RegionState, settings: Settings, now: float | None = None) -> float | None:
     """When a region whose isolated record failed alone (``deadLetterRetries``) may be planned again: the last
     failure's time plus ``deadLetterRetryBackoff`` (the settings of the plan being made: a restart with a shorter
-    backoff shortens a wait). None when it waits for no retry."""
+    backoff shortens a wait). None when it waits for no retry (none with ``deadLetterRetries=0``). A failure time
+    after ``now`` (a clock that was ahead) counts as ``now``: a restart with a shorter backoff still shortens it."""
     suspect = state.isolating
-    if (not state.failed_alone or state.failed_alone_at is None or suspect is None
-            or suspect[1] != state.committed_offset + 1):
+    if (not settings.dead_letter_retries or not state.failed_alone or state.failed_alone_at is None
+            or suspect is None or suspect[1] != state.committed_offset + 1):
         return None
-    return state.failed_alone_at + settings.dead_letter_retry_backoff_s
+    failed_at = state.failed_alone_at if now is None else min(state.failed_alone_at, now)
+    return failed_at + settings.dead_letter_retry_backoff_s
 
 
 PROBE_SPAN = 8  # offsets a probe reads (several: a Kafka offset may hold no record)

@@ -205,12 +205,18 @@ _UNIT_SECONDS = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "s": 
                  "minutes": 60.0, "h": 3600.0, "hour": 3600.0, "hours": 3600.0}
 
 
+MAX_BACKOFF_S = 30 * 24 * 3600.0  # a month: longer is a typo, and past year 9999 no time can be written
+
+
 def parse_backoff(key: str, value: str) -> float:
-    """A duration that may be zero (no wait): ``"0"``, ``"30s"``, ``"5 minutes"``."""
+    """A duration that may be zero (no wait): ``"0"``, ``"30s"``, ``"5 minutes"``; at most ``MAX_BACKOFF_S``."""
     match = _DURATION.match(value)
     if match and float(match.group(1)) == 0:
         return 0.0
-    return parse_duration(key, value)
+    seconds = parse_duration(key, value)
+    if seconds > MAX_BACKOFF_S:
+        raise RegionalConfigError(f"{key}={value!r} is longer than 30 days: give a shorter wait")
+    return seconds
 
 
 def parse_duration(key: str, value: str) -> float:

@@ -171,10 +171,14 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                               sparse=self.input.sparse)
 
         plan = plan_now()
-        waiting = self._retries_waiting(states, settings) if not plan.regions and not stopping else None
+        # Only regions the source still has can wait (a region gone from it is never planned again).
+        waiting = (self._retries_waiting({r: s for r, s in states.items() if r in available}, settings)
+                   if not plan.regions and not stopping else None)
         if waiting is not None:
             self._wait_for_retry(waiting)
             plan = plan_now()
+            if not plan.regions and waiting <= time.time():
+                waiting = None  # due, yet not planned: it waits for nothing this source can give; no empty epoch
         for region, (gone_from, go_on) in sorted(plan.lost.items()):
             if (region, gone_from) not in self.warned_lost:
                 self.warned_lost.add((region, gone_from))
@@ -197,7 +201,8 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """When the first region waiting for a retry of its isolated record is due; None when none waits."""
         if not (settings.enabled and settings.isolates):
             return None
-        dues = [due for s in states.values() if (due := retry_due(s, settings)) is not None]
+        now = time.time()
+        dues = [due for s in states.values() if (due := retry_due(s, settings, now)) is not None]
         return min(dues) if dues else None
 
     def _wait_for_retry(self, due: float) -> None:

@@ -48,7 +48,7 @@ import pyarrow as pa
 
 from regional import failpoints
 from regional.dead_letters import decode_records, encode_records
-from regional.errors import RegionalConfigError, RegionalError
+from regional.errors import RegionalConfigError, RegionalError, RegionalStoreError
 from regional.protocol.settings import parse_int
 from regional.targets.base import EpochReport, Target
 
@@ -160,7 +160,12 @@ class DeadLetterTopic(Target[str]):
             producer.init_transactions(self.timeout_s)  # fences a zombie of this query; settles its transaction
             consumer = _consumer(self._consumer_conf())
             done = self.marked_epoch(consumer)
-            if done is not None and done >= epoch:
+            if done is not None and done > epoch:  # the store is behind the topic: restored, or copied
+                raise RegionalStoreError(
+                    f"{self._where()} already holds this query's dead letters up to epoch {done}, but its store is "
+                    f"at epoch {epoch}: the checkpoint was restored from a backup or copied (the copy has the same "
+                    "query id). Its dead letters would be skipped: start the query on a new checkpointLocation")
+            if done == epoch:
                 log.warning("regional: epoch %d's %d dead letter(s) are already in %s (marker of epoch %d): not "
                             "produced again", epoch, len(records), self._where(), done)
                 return
@@ -172,7 +177,9 @@ class DeadLetterTopic(Target[str]):
                                  on_delivery=lambda err, _msg: failed.append(str(err)) if err else None)
             producer.flush(self.timeout_s)
             if failed:
-                raise KafkaDeadLetterError(f"{self._where()} refused epoch {epoch}'s dead letters: {failed[0]}")
+                size = " (too large: raise the topic's max.message.bytes and deadLetter.kafka.message.max.bytes)" \
+                    if any("SIZE_TOO_LARGE" in f for f in failed) else ""
+                raise KafkaDeadLetterError(f"{self._where()} refused epoch {epoch}'s dead letters: {failed[0]}{size}")
             failpoints.reach("dead_letters_produced", epoch)
             from confluent_kafka import TopicPartition
 
@@ -180,12 +187,14 @@ class DeadLetterTopic(Target[str]):
                                     metadata=json.dumps({"epoch": epoch, "query": self.query_id}))
             producer.send_offsets_to_transaction([marker], consumer.consumer_group_metadata(), self.timeout_s)
             producer.commit_transaction(self.timeout_s)
-        except KafkaException as exc:
+        except (KafkaException, BufferError) as exc:
             _abort_quietly(producer)
+            size = (" A dead letter is larger than the producer or topic takes: raise the topic's max.message.bytes "
+                    "and deadLetter.kafka.message.max.bytes." if "SIZE_TOO_LARGE" in str(exc) else "")
             raise KafkaDeadLetterError(
                 f"{self._where()}: epoch {epoch}'s {len(records)} dead letter(s) could not be produced ({exc}). The "
-                "epoch is not recorded; the next start produces them, once. Check that the brokers are up and take "
-                "this query's transactions") from None
+                "epoch is not recorded; the next start produces them, once." + (size or " Check that the brokers are "
+                "up and take this query's transactions")) from None
         finally:
             if consumer is not None:
                 consumer.close()
@@ -245,7 +254,7 @@ class DeadLetterTopic(Target[str]):
             error = str(row.get("error") or "")
             cls, _, message = error.partition(": ")
             headers: Headers = [(str(h["key"]), h["value"]) for h in row.get("headers") or []]  # as they were
-            headers += [(HEADER + "error.class", cls.encode()), (HEADER + "error.message", message.encode()),
+            headers += [(HEADER + "error.class", cls.encode()), (HEADER + "error.message", _capped(message)),
                         (HEADER + "region", str(row["region"]).encode()),
                         (HEADER + "offset", str(row["offset"]).encode()),
                         (HEADER + "epoch", str(row.get("epoch", epoch)).encode()),
@@ -258,9 +267,25 @@ class DeadLetterTopic(Target[str]):
                 key = row.get("key") if "key" in names else None
                 out.append((key, row["value"], headers))
             else:
-                value = json.dumps({n: row[n] for n in source_columns}, default=_json_value, sort_keys=False)
+                value = json.dumps({n: _finite(row[n]) for n in source_columns}, default=_json_value,
+                                   allow_nan=False)
                 out.append((None, value.encode(), headers))
         return out
+
+
+MAX_ERROR_MESSAGE_BYTES = 8192  # the error message often quotes the record: kept whole, a dead letter would double
+
+
+def _capped(message: str) -> bytes:
+    data = message.encode()
+    if len(data) <= MAX_ERROR_MESSAGE_BYTES:
+        return data
+    return data[:MAX_ERROR_MESSAGE_BYTES].decode(errors="ignore").encode() + b" ... (cut)"
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or infinity (strict parsers refuse the bare tokens): they become null."""
+    return None if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))) else value
 
 
 def _json_value(value: Any) -> Any:
