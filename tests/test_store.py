@@ -78,7 +78,9 @@ def test_region_columns_of_different_lengths_are_a_corrupt_record(tmp_path):
 
 states = st.builds(RegionState, st.integers(0, 2**62), st.none() | st.integers(-1, 10**6), st.integers(0, 99),
                    st.sampled_from(Standing), st.none() | st.text(max_size=20),
-                   st.none() | st.tuples(st.integers(0, 99), st.integers(100, 199)), st.integers(0, 99))
+                   st.none() | st.tuples(st.integers(0, 99), st.integers(100, 199)), st.integers(0, 99),
+                   timed_range=st.none() | st.integers(1, 10**6), failed_alone=st.integers(0, 9),
+                   failed_alone_at=st.none() | st.floats(0, 2e9))
 slices = st.builds(Slice, st.integers(0, 99), st.integers(100, 199), st.integers(0, 99), st.booleans())
 
 

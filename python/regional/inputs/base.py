@@ -114,6 +114,13 @@ class AcknowledgingInput(ABC):
     def on_recorded(self, record: EpochRecord) -> None:
         """After ``record`` is recorded: e.g. commit the committed offsets to a consumer group."""
 
+    def phase_two_options(self) -> dict[str, str] | None:
+        """Options that build this input again in the sink's phase two, which then calls ``on_recorded`` right
+        after the record, before Spark ends the epoch (so a query that ends after its last epoch, as
+        Trigger.AvailableNow does, has heard of it). They go into the plan, Spark's offset log: nothing secret.
+        Default None: heard of from the reader only."""
+        return None
+
 
 class StoredInput(ABC):
     """An ability, mixed into a ``RegionInput`` that keeps durable state of its own in the query's regional

@@ -144,6 +144,10 @@ class DeadLetterInput(RegionInput[DeadLetterSplit], StoredInput, AcknowledgingIn
                 + "Replay the rest with a new checkpointLocation (it takes only records no replay has marked)")
         return ends
 
+    def phase_two_options(self) -> dict[str, str]:
+        """The marks are made in the sink's phase two too: the table's location is all it takes (no secret)."""
+        return {"source": "deadLetters", "path": str(self.table)}
+
     def before_splits(self, epoch: int) -> None:
         """The epoch's tasks read the table at one version, kept in the store: a restart's re-run reads the same
         rows, and the marks after the epoch cover exactly the rows it read, not one that arrived since."""

@@ -54,6 +54,9 @@ class EpochPlan:
     force_reason: str | None = None  # this epoch must be forced-global (a graceful stop asked for it)
     lost: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # region -> (from, to): skipped, gone
     probes: tuple[RegionRange, ...] = ()  # neighbours of the isolated records, read beside them (never committed)
+    # Options that build the source again in the sink's phase two, to hear of the epoch there
+    # (``AcknowledgingInput.phase_two_options``); nothing secret: this is Spark's offset log.
+    acknowledge: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def ranges(self) -> tuple[RegionRange, ...]:
@@ -71,6 +74,7 @@ class EpochPlan:
             "regions": [[r.region, r.start, r.end, r.ref_epoch, r.isolated] for r in self.regions],
             "lost": {r: list(span) for r, span in self.lost.items()},
             "probes": [[r.region, r.start, r.end] for r in self.probes],
+            **({"acknowledge": dict(self.acknowledge)} if self.acknowledge else {}),
         }
 
     @classmethod
@@ -95,9 +99,10 @@ class EpochPlan:
                            for r, s, e in offset.get("probes", ()))
             force = offset["force_reason"]
             lost = {str(r): (int(a), int(b)) for r, (a, b) in offset.get("lost", {}).items()}
+            acknowledge = {str(k): str(v) for k, v in offset.get("acknowledge", {}).items()}
             return cls(str(offset["query_id"]), int(offset["epoch"]), str(offset["store"]), regions,
                        Settings.from_json(offset["settings"]), bool(offset["final"]),
-                       None if force is None else str(force), lost, probes)
+                       None if force is None else str(force), lost, probes, acknowledge)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise RegionalStoreError(
                 f"the offset {str(dict(offset))[:200]} was not written by this version of the regional source "
@@ -137,6 +142,7 @@ def plan_epoch(
     retention: Retention | None = None,
     sparse: bool = False,
     now: float | None = None,
+    acknowledge: Mapping[str, str] | None = None,
 ) -> EpochPlan:
     """Plan ``epoch``: each known region from its committed offset to what is available.
 
@@ -202,7 +208,8 @@ def plan_epoch(
                    for r, (s, e) in backlog.items() if e > s)
     probed = tuple(RegionRange(rr.region, s, e, None, probe=True)
                    for rr in ranges if rr.isolated for s, e in probes.get(rr.region, ()))
-    return EpochPlan(query_id, epoch, store, ranges, settings, final, force_reason, lost, probed)
+    return EpochPlan(query_id, epoch, store, ranges, settings, final, force_reason, lost, probed,
+                     dict(acknowledge or {}))
 
 
 def retry_due(state: RegionState, settings: Settings, now: float | None = None) -> float | None:

@@ -162,13 +162,14 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.available_now is not None:
             available = {r: min(n, self.available_now.get(r, 0)) for r, n in available.items()}
         settings = self.resolved_settings()
+        acknowledge = self.input.phase_two_options() if isinstance(self.input, AcknowledgingInput) else None
 
         def plan_now() -> EpochPlan:
             return plan_epoch(epoch, query_id, str(self.store.checkpoint), states, available, settings, per_region,
                               total, ends=self.available_now if self.available_now is not None else self.input.ends(),
                               force_reason="a graceful stop asked for a final global epoch" if stopping else None,
                               first_offsets=first_offsets, retention=retention, now=time.time(),
-                              sparse=self.input.sparse)
+                              sparse=self.input.sparse, acknowledge=acknowledge)
 
         plan = plan_now()
         # Only regions the source still has can wait (a region gone from it is never planned again).

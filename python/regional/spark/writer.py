@@ -26,6 +26,8 @@ from pyspark.sql.types import StructType
 from regional import failpoints
 from regional.coordinator import abort_epoch, commit_epoch, ready_target
 from regional.errors import RegionalConfigError, RegionalPlanError
+from regional.inputs import load_input
+from regional.inputs.base import AcknowledgingInput, StoredInput
 from regional.location import optional_location_text
 from regional.protocol.decide import Outcome, TaskOutcome
 from regional.protocol.settings import conf_settings, given_settings, parse_bool
@@ -332,7 +334,13 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
             check_dead_letter_topic(plan.settings.dead_letter_topic, self.query_id, self.target_options,
                                     [rr.region for rr in plan.regions])
         tasks = [m.outcome if isinstance(m, RegionalCommitMessage) else None for m in messages]
-        commit_epoch(plan, tasks, store, target, self.mixed, self._dead_letter_sink)
+        record = commit_epoch(plan, tasks, store, target, self.mixed, self._dead_letter_sink)
+        if plan.acknowledge:  # the source hears of the epoch now, before Spark ends it (the reader too, later)
+            source = load_input(plan.acknowledge)
+            if isinstance(source, StoredInput):
+                source.use_store(store)
+            if isinstance(source, AcknowledgingInput):
+                source.on_recorded(record)
         PUBLISHER.request(self.checkpoint)  # the Spark UI tab's and the metrics' view, after the epoch
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

@@ -107,7 +107,7 @@ def regions_to_columns(regions: Mapping[str, RegionState]) -> dict[str, list[Any
         "timed_range": [s.timed_range for s in states],
         **({"failed_alone": [s.failed_alone for s in states],
             "failed_alone_at": [s.failed_alone_at for s in states]}
-           if any(s.failed_alone for s in states) else {}),
+           if any(s.failed_alone or s.failed_alone_at is not None for s in states) else {}),
     }
 
 
@@ -125,7 +125,7 @@ def regions_from_columns(data: Mapping[str, Any]) -> dict[str, RegionState]:
         return regions  # a record written before deadLetterRetries, or with no region waiting for a retry
     extra = _columns({"id": columns[0], **data}, ("id", *OPTIONAL_REGION_STATE_COLUMNS))
     for r, tries, at in zip(*extra, strict=True):
-        if tries:
+        if tries or at is not None:
             regions[str(r)] = regions[str(r)]._replace(failed_alone=int(tries),
                                                        failed_alone_at=None if at is None else float(at))
     return regions
