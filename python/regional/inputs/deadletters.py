@@ -8,15 +8,21 @@ query would have written. A record that fails again goes to the replay's own ``d
 
 - Offsets: a region's records keep their original offsets, a sparse log (like a compacted topic). Its query
   dead-letters a region's records in offset order, as it moves on, so the table grows in that order too.
-- Marks: after each recorded epoch (``on_recorded``) the records the epoch published, or dead-lettered again, are
-  marked in the table itself: ``replayed_by`` (the replay's query id) and ``replayed_epoch`` (one Delta
-  transaction; the columns are added by the first replay, and the table's writer leaves them null). A replay
-  reads no record another replay marked: a second replay of the same table takes only what is new.
+- Marks: after each recorded epoch (``on_recorded``: in the sink's phase two, right after the record, and in the
+  reader before its next plan) the rows that epoch's tasks read and published, or dead-lettered again, are marked
+  in the table itself: ``replayed_by`` (the replay's query id), ``replayed_epoch`` and ``replayed_as`` (one
+  Delta transaction per outcome; the columns are added by the first replay, and the table's writer leaves them
+  null). The tasks of an epoch read the table at one version, kept in the store (``before_splits``), so the marks
+  cover exactly what they read. A replay reads no record another replay marked, nor its own dead-lettered again
+  (its probes would fail on them): a second replay of the same table takes only what is new. One record
+  dead-lettered twice is read once. The offsets are sparse: a record isolated as poison is probed with every
+  record of its region before and after it (``sparse``).
 - A record that reaches the table below where this replay already is (two queries share the table, or its query
   started again from earlier offsets) would never be read: the replay fails, saying so, rather than skip it.
 
-Where each method runs: ``available``, ``split`` and ``on_recorded`` on the driver; ``read`` in the task, which
-reads the table through delta-rs at the version the driver planned against.
+Where each method runs: ``available``, ``before_splits``, ``split`` and ``on_recorded`` on the driver (the reader's
+process; ``on_recorded`` also in the sink's, built from ``phase_two_options``); ``read`` in the task, which reads
+the table through delta-rs's DataFusion at the version kept for its epoch.
 """
 
 from __future__ import annotations
