@@ -295,6 +295,7 @@ def test_brokers_down_in_phase_two_fail_the_query_and_record_nothing_then_the_re
     assert letters_in(kafka, renamed.settings.dead_letter_topic) == []
 
 
+@pytest.mark.campaign  # 20 s: the campaign command runs it (REGIONAL_CAMPAIGN=1), keeping CI within 30 minutes
 def test_a_transaction_the_brokers_time_out_fails_the_commit_and_its_rerun_produces_once(kafka, monkeypatch):
     """transaction.timeout.ms shorter than the time between produce and commit (1 s; the broker checks every 10 s):
     the brokers abort the transaction; commit fails, nothing is visible, and the re-run produces the letters once.

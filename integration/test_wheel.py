@@ -11,6 +11,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from integration.helpers import ROOT
 
 SHIM_IN_WHEEL = "regional/jars/regional-shim.jar"
@@ -22,6 +24,7 @@ def run(command: list[str], cwd: Path, timeout: float, env: dict[str, str] | Non
     return result.stdout + result.stderr
 
 
+@pytest.mark.campaign  # 50 s: the campaign command runs it (REGIONAL_CAMPAIGN=1), keeping CI within 30 minutes
 def test_the_built_wheel_installs_into_a_fresh_venv_and_runs_the_demo_without_the_repo(tmp_path):
     dist = tmp_path / "dist"
     run([sys.executable, "-m", "build", "--outdir", str(dist), str(ROOT)], tmp_path, 600)
