@@ -118,7 +118,7 @@ def summary(path: str) -> DeadLetterSummary:
     if table is None:
         raise RegionalConfigError(f"there is no Delta table at {location}: a dead-letter table is created by its "
                                   "query's first dead letter (deadLetterPath)") from None
-    names = [f.name for f in pa.schema(table.schema().to_arrow())]
+    names = table_columns(table)
     missing = [c for c in ("region", "offset", *DEAD_LETTER_COLUMNS) if c not in names]
     if missing:
         raise RegionalConfigError(f"the Delta table at {location} is not a regional dead-letter table: it has no "

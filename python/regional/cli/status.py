@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import datetime, timezone
 
+from regional.protocol.decide import utc
 from regional.store.model import describe
 from regional.store.status import QueryStatus, status
 
@@ -35,7 +35,7 @@ def render(st: QueryStatus, epochs: bool = True) -> str:
             if retry is not None:
                 tries, of, due = retry
                 when = "?" if due is None else (
-                    "now" if due <= st.now else f"at {_utc(due)} (in {_seconds(due - st.now)})")
+                    "now" if due <= st.now else f"at {utc(due)} (in {_seconds(due - st.now)})")
                 why = (f"  offset {s.committed_offset} failed alone {tries} of {of} tries; next try {when} "
                        f"(deadLetterRetries){why}")
             if s.timed_range is not None:
@@ -53,10 +53,6 @@ def render(st: QueryStatus, epochs: bool = True) -> str:
             lines.extend(f"      {r}: offset {d.offset} dead-lettered: {d.error}"
                          for r, d in sorted(e.dead_lettered.items()))
     return "\n".join(lines)
-
-
-def _utc(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _dash(value: object) -> str:

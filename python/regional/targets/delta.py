@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from regional.dead_letters import REPLAY_COLUMNS
+from regional.dead_letters import REPLAY_COLUMNS, open_table
 from regional.errors import RegionalConfigError, RegionalStoreError
 from regional.ids import encode_region
 from regional.location import Location, parse_location
@@ -287,16 +287,10 @@ class DeltaTarget(Target[dict[str, Any] | None]):
 
     def _open(self) -> Any:
         """The table, or None before its first commit. Opened once; later calls bring it up to date."""
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
         if self._delta is not None:
             self._delta.update_incremental()
             return self._delta
-        try:
-            self._delta = DeltaTable(self._uri, storage_options=self._delta_options())
-        except TableNotFoundError:
-            return None
+        self._delta = open_table(self.table)
         return self._delta
 
 
