@@ -4,6 +4,7 @@ re-runs and SIGKILLs of the driver around the topic's transaction."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import os
@@ -51,7 +52,7 @@ def letters_in(broker, topic: str, isolation: str = "read_committed") -> list[di
                     if m.error() is not None:
                         done = done or m.error().code() == KafkaError._PARTITION_EOF
                         continue
-                    out.append({"key": m.key(), "value": m.value(), "partition": p,
+                    out.append({"key": m.key(), "value": m.value(), "partition": p, "position": m.offset(),
                                 "headers": {k: v if v is None else v.decode() for k, v in (m.headers() or [])},
                                 "header_keys": [k for k, _ in (m.headers() or [])]})
             assert done, f"could not read {topic}-{p} to its end"
@@ -87,10 +88,15 @@ def test_an_epochs_dead_letters_are_produced_once_however_often_its_commit_runs(
     sink(kafka, topic).commit(4, handles)  # a restarted driver, from the intent's handles
     letters = letters_in(kafka, topic)
     assert [(m["key"], m["value"]) for m in letters] == [(b"k17", b"m-1-17"), (b"k3", b"m-2-3")]
-    assert letters[0]["headers"] == {
+    headers = dict(letters[0]["headers"])
+    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(headers.pop("regional.schema"))))
+    assert schema.names == ["region", "offset", "key", "value", "topic", "partition"]  # what a replay gives back
+    assert headers == {
         "regional.error.class": "ValueError", "regional.error.message": "cannot parse m-1-17",
         "regional.region": "src-1", "regional.offset": "17", "regional.epoch": "4", "regional.query.id": "q-test",
-        "regional.source.topic": "src", "regional.source.partition": "1", "regional.source.offset": "17"}
+        "regional.source.topic": "src", "regional.source.partition": "1", "regional.source.offset": "17",
+        "regional.row": '{"region": "src-1", "offset": 17, "topic": "src", "partition": 1}',
+        "regional.source.headers": "0"}
 
     # A zombie of the query: its transaction holds epoch 5's letter, produced but never committed.
     from confluent_kafka import Producer
@@ -147,30 +153,6 @@ def start_with_topic(df, out, ck, dead: str, brokers: str, parse, **options: str
     for k, v in options.items():
         writer = writer.option(k, v)
     return writer.start()
-
-
-def test_poison_kafka_records_land_in_the_dead_letter_topic_once_and_the_rest_in_the_target(spark, kafka, tmp_path):
-    topic, dead = new_topic(kafka, 3), dead_topic()
-    produce(kafka, topic, 3, 40, "m")
-    out, ck = tmp_path / "out", tmp_path / "ck"
-    poison = {(f"{topic}-1", 17): "m-1-17", (f"{topic}-2", 3): "m-2-3"}
-    secret = f"pw-{os.getpid()}-s3cr3t"  # a credential among the producer's settings (ignored by PLAINTEXT)
-    query = start_with_topic(kafka_stream(spark, kafka, ck, topic), out, ck, dead, kafka.bootstrap,
-                             poison_udf(set(poison.values())), **{"deadLetter.kafka.sasl.password": secret})
-    try:
-        query.processAllAvailable()
-        progress = json.dumps([p.json for p in query.recentProgress])
-    finally:
-        query.stop()
-    # Never in Spark's offset log (the plan), the regional store, or the query's progress.
-    assert not [p for p in ck.rglob("*") if p.is_file() and secret in p.read_text(errors="replace")]
-    assert secret not in progress and dead in (ck / "offsets" / "1").read_text()
-    want = {r: [(o, v.upper()) for o, v in records if (r, o) not in poison]
-            for r, records in expected(kafka, topic).items()}
-    assert_exactly_once(out, want)
-    check_letters(kafka, dead, topic, poison, Store(ck).query_id())
-    for region, _ in poison:
-        assert regional.status(ck).regions[region].committed_offset == 40
 
 
 def check_letters(kafka, dead: str | list[str], topic: str, poison: dict[tuple[str, int], str],
@@ -371,3 +353,210 @@ def test_a_kafka_records_own_headers_are_kept_first_null_values_included(kafka):
     [letter] = letters_in(kafka, topic)
     assert letter["header_keys"][:3] == ["trace", "empty", "regional.error.class"]
     assert (letter["headers"]["trace"], letter["headers"]["empty"]) == ("t-1", None)
+
+
+# -- replaying a dead-letter topic (source=deadLetters, topic) ------------------------------------------------------
+
+
+def replay_of(broker, topic: str, ck, **options: str):
+    """The replay source of a query whose store is at ``ck`` (its query id names its marks)."""
+    from regional.inputs import load_input
+    from regional.inputs.deadletter_topic import DeadLetterTopicInput
+
+    source = load_input({"source": "deadLetters", "topic": topic, "kafka.bootstrap.servers": broker.bootstrap,
+                         **options})
+    assert isinstance(source, DeadLetterTopicInput)
+    store = Store(str(ck))
+    store.open_query()
+    source.use_store(store)
+    return source
+
+
+def replayed_rows(source, epoch: int, region: str, start: int, end: int) -> list[dict[str, Any]]:
+    source.before_splits(epoch)
+    split = source.split(region, start, end)
+    return [r for b in source.read(region, start, end, split) for r in b.to_pylist()]
+
+
+def recorded(epoch: int, committed: dict[str, int]):
+    """Epoch ``epoch``'s record: each region of ``committed`` published up to that offset."""
+    from regional.store.model import EpochKind, EpochRecord, RegionState, Slice
+
+    return EpochRecord(epoch, EpochKind.GLOBAL, {r: Slice(0, e, e) for r, e in committed.items()}, {},
+                       {r: RegionState(e, epoch) for r, e in committed.items()})
+
+
+def group_marks(broker, topic: str, group: str) -> list[tuple[int, dict[str, Any]]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        [tp] = consumer.committed([TopicPartition(topic, 0)], timeout=30)
+        return [(tp.offset, json.loads(tp.metadata or "{}"))]
+    finally:
+        consumer.close()
+
+
+def test_a_dead_letter_topic_replays_each_letter_as_its_source_read_it_and_its_group_says_what_was_replayed(
+        kafka, tmp_path):
+    """The replay source over real letters (produced by the dead-letter sink, as phase two does): each row comes back
+    with its source's columns and types (a Kafka record's key, value, topic, partition, timestamp and own headers;
+    another source's JSON row: binary, times, decimals, lists; NaN was null). The replay group's marks: the first
+    letter not replayed, and those beyond it that were (a new replay skips them). A late letter fails the replay."""
+    import datetime as dt
+    import decimal
+
+    from regional.errors import RegionalStoreError
+    from regional.inputs.kafka import HEADERS, SCHEMA
+
+    # A Kafka source's letters: the rows exactly as the Kafka source read them.
+    dead = dead_topic()
+    when = dt.datetime(2026, 11, 26, 1, 2, 3, 456000, tzinfo=dt.timezone.utc)
+    kafka_rows = pa.table({
+        "region": ["src-1", "src-2"], "offset": pa.array([17, 3], pa.int64()), "key": pa.array([b"k17", None]),
+        "value": pa.array([b"m-1-17", b"\x00\xff"]), "topic": ["src", "src"],
+        "partition": pa.array([1, 2], pa.int32()), "timestamp": pa.array([when, when], pa.timestamp("us", tz="UTC")),
+        "timestampType": pa.array([0, 1], pa.int32()),
+        "headers": pa.array([[{"key": "trace", "value": b"t-1"}, {"key": "regional.region", "value": b"x"}], []],
+                            HEADERS)}, schema=SCHEMA.append(pa.field("headers", HEADERS)))
+    letters = kafka_rows.append_column("epoch", pa.array([4, 4], pa.int64())).append_column(
+        "error", pa.array(["ValueError: bad", "ValueError: bad"]))
+    target = sink(kafka, dead, query_id="q-orig")
+    target.commit(4, {r: target.prepare(4, r, iter(letters.filter(pa.compute.equal(letters["region"], r)).to_batches()))
+                      for r in ("src-1", "src-2")})
+    source = replay_of(kafka, dead, tmp_path / "ck-k")
+    assert source.schema == kafka_rows.schema
+    assert source.available(0) == {"src-1": 18, "src-2": 4}
+    assert replayed_rows(source, 0, "src-1", 0, 18) == [kafka_rows.to_pylist()[0]]
+    assert replayed_rows(source, 0, "src-2", 0, 4) == [kafka_rows.to_pylist()[1]]
+
+    # Another source's letters: its row as JSON, typed again by the letters' schema.
+    dead = dead_topic()
+    fields = [("region", pa.string()), ("offset", pa.int64()), ("value", pa.string()), ("score", pa.float64()),
+              ("raw", pa.binary()), ("at", pa.timestamp("us", tz="UTC")), ("day", pa.date32()),
+              ("price", pa.decimal128(10, 2)), ("tags", pa.list_(pa.string()))]
+    rows = pa.table({"region": ["a", "b"], "offset": pa.array([7, 3], pa.int64()), "value": ["a-7", "b-3"],
+                     "score": [float("nan"), 1.5], "raw": pa.array([b"\x00\x01", None]), "at": [when, None],
+                     "day": [dt.date(2026, 1, 2), None], "price": [decimal.Decimal("12.34"), None],
+                     "tags": [["x", "y"], []]}, schema=pa.schema(fields))
+    with_error = rows.append_column("epoch", pa.array([2, 2], pa.int64())).append_column(
+        "error", pa.array(["E: x", "E: y"]))
+    target = sink(kafka, dead, query_id="q-orig")
+    for region in ("a", "b"):  # letters in the topic in this order: a-7 at position 0, b-3 after it
+        one = with_error.filter(pa.compute.equal(with_error["region"], region))
+        target.commit(2 if region == "a" else 3, {region: target.prepare(2, region, iter(one.to_batches()))})
+    first = replay_of(kafka, dead, tmp_path / "ck-1")
+    assert first.schema == rows.schema and first.available(0) == {"a": 8, "b": 4}
+    want = rows.to_pylist()
+    want[0]["score"] = None  # JSON has no NaN: the letter holds null
+    assert replayed_rows(first, 0, "a", 0, 8) == [want[0]] and replayed_rows(first, 0, "b", 0, 4) == [want[1]]
+
+    # The first replay recorded region b only: the mark stays at a's letter, naming b's beyond it.
+    group = f"regional-replayed-{dead}"
+    first.on_recorded(recorded(0, {"b": 4}))
+    at = {m["headers"]["regional.region"]: m["position"] for m in letters_in(kafka, dead)}  # markers between
+    [(offset, meta)] = group_marks(kafka, dead, group)
+    assert (offset, meta["above"], meta["epoch"]) == (at["a"], [at["b"]], 0)
+    assert meta["replayed_by"] == first._query_id()
+    second = replay_of(kafka, dead, tmp_path / "ck-2")  # a new replay takes only what no replay took
+    assert second.available(0) == {"a": 8}
+
+    # The first replay records a as well: nothing is left for a new one. A letter of a later record is new; one
+    # below where the first replay is (a late dead letter) fails it, naming it.
+    first.before_splits(1)
+    first.on_recorded(recorded(1, {"a": 8, "b": 4}))
+    assert group_marks(kafka, dead, group)[0][0] > at["b"]
+    assert replay_of(kafka, dead, tmp_path / "ck-3").available(0) == {}
+    for epoch, offset in ((20, 9), (21, 5)):
+        late = with_error.filter(pa.compute.equal(with_error["region"], "a")).set_column(
+            1, "offset", pa.array([offset], pa.int64()))
+        target.commit(epoch, {"a": target.prepare(epoch, "a", iter(late.to_batches()))})
+    first.on_recorded(recorded(1, {"a": 8, "b": 4}))  # heard again (a restart): the late letter is not marked
+    with pytest.raises(RegionalStoreError, match=r"after this replay had passed their offsets \(e.g. region 'a' at "
+                                                 r"offset 5, below its committed offset 8\)"):
+        first.available(2)
+    fourth = replay_of(kafka, dead, tmp_path / "ck-4")
+    assert fourth.available(0) == {"a": 10}
+    assert [r["offset"] for r in replayed_rows(fourth, 0, "a", 0, 10)] == [5, 9]
+
+
+def landed_once(out, want: dict[str, list[tuple[int, str]]]) -> None:
+    """Each record once, with its value (a replayed record lands after its region's later records: not in order)."""
+    from regional.testing.exactly_once import check, delta_landed
+
+    report = check(want, delta_landed(out))
+    assert not (report.lost or report.duplicated or report.wrong), report.explain()
+
+
+def replay_topic(spark, dead: str, brokers: str, ck):
+    return (spark.readStream.format("regional").option("source", "deadLetters").option("topic", dead)
+            .option("kafka.bootstrap.servers", brokers).option("checkpointLocation", str(ck)).load())
+
+
+def run_replay(df, out, ck, dead: str, brokers: str, parse) -> None:
+    query = (df.select("region", "offset", parse(F.col("value").cast("string")).alias("value")).writeStream
+             .format("regional").option("target", "delta").option("path", str(out))
+             .option("checkpointLocation", str(ck)).option("keepRegionColumns", "true")
+             .option("deadLetterTopic", dead).option("deadLetter.kafka.bootstrap.servers", brokers)
+             .trigger(availableNow=True).start())
+    try:
+        assert query.awaitTermination(300), "the replay did not end"
+        assert query.exception() is None, query.exception()
+    finally:
+        query.stop()
+
+
+def test_kafka_to_a_dead_letter_topic_then_replays_of_it_land_every_record_exactly_once(spark, kafka, tmp_path):
+    """Kafka -> Delta with deadLetterTopic: each poison record in the topic once, with its headers, the rest in the
+    target once, the producer's credential nowhere in the checkpoint or progress. Then the UDF fixed but for one
+    record, the replay of the topic runs the same select into the same target with Trigger.AvailableNow, its own
+    dead letters to its own topic; a second replay (a new checkpoint) adds nothing; the replay of the replay's
+    topic, fixed, completes the target: every record exactly once, wherever it came from. A replay whose dead
+    letters would go to its own input is refused."""
+    from integration.test_kafka_source import failure_of
+
+    topic, dead, dead_again, dead_last = new_topic(kafka, 3), dead_topic(), dead_topic(), dead_topic()
+    produce(kafka, topic, 3, 40, "m")
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    poison = {(f"{topic}-1", 17): "m-1-17", (f"{topic}-2", 3): "m-2-3", (f"{topic}-2", 30): "m-2-30"}
+    secret = f"pw-{os.getpid()}-s3cr3t"  # a credential among the producer's settings (ignored by PLAINTEXT)
+    query = start_with_topic(kafka_stream(spark, kafka, ck, topic), out, ck, dead, kafka.bootstrap,
+                             poison_udf(set(poison.values())), **{"deadLetter.kafka.sasl.password": secret})
+    try:
+        query.processAllAvailable()
+        progress = json.dumps([p.json for p in query.recentProgress])
+    finally:
+        query.stop()
+    # Never in Spark's offset log (the plan), the regional store, or the query's progress.
+    assert not [p for p in ck.rglob("*") if p.is_file() and secret in p.read_text(errors="replace")]
+    assert secret not in progress and dead in (ck / "offsets" / "1").read_text()
+    everything = {r: [(o, v.upper()) for o, v in records] for r, records in expected(kafka, topic).items()}
+    assert_exactly_once(out, {r: [(o, v) for o, v in rows if (r, o) not in poison] for r, rows in everything.items()})
+    check_letters(kafka, dead, topic, poison, Store(ck).query_id())
+    for region, _ in poison:
+        assert regional.status(ck).regions[region].committed_offset == 40
+
+    still = {(f"{topic}-2", 3): "m-2-3"}
+    run_replay(replay_topic(spark, dead, kafka.bootstrap, tmp_path / "ck-r"), out, tmp_path / "ck-r", dead_again,
+               kafka.bootstrap, poison_udf(set(still.values())))
+    landed_once(out, {r: [(o, v) for o, v in rows if (r, o) not in still] for r, rows in everything.items()})
+    check_letters(kafka, dead_again, topic, still, Store(tmp_path / "ck-r").query_id())
+
+    version = len(list((out / "_delta_log").glob("*.json")))
+    run_replay(replay_topic(spark, dead, kafka.bootstrap, tmp_path / "ck-2"), out, tmp_path / "ck-2", dead_last,
+               kafka.bootstrap, poison_udf(set()))
+    assert len(list((out / "_delta_log").glob("*.json"))) == version  # nothing to write: nothing was new
+
+    run_replay(replay_topic(spark, dead_again, kafka.bootstrap, tmp_path / "ck-3"), out, tmp_path / "ck-3",
+               dead_last, kafka.bootstrap, poison_udf(set()))
+    landed_once(out, everything)
+    assert sorted(tuple(r) for r in spark.read.format("delta").load(str(out)).select("region", "offset", "value")
+                  .collect()) == sorted((r, o, v) for r, rows in everything.items() for o, v in rows)
+    assert letters_in(kafka, dead_last) == []
+
+    df = replay_topic(spark, dead, kafka.bootstrap, tmp_path / "ck-own")
+    own = (df.select("region", "offset", F.col("value").cast("string").alias("value")).writeStream
+           .format("regional").option("target", "delta").option("path", str(tmp_path / "own"))
+           .option("checkpointLocation", str(tmp_path / "ck-own")).option("deadLetterTopic", dead)
+           .option("deadLetter.kafka.bootstrap.servers", kafka.bootstrap).start())
+    assert f"the dead letters' place kafka:{dead} is this query's own input" in failure_of(own)

@@ -71,8 +71,8 @@ class RegionInput(ABC, Generic[Split]):
         """In the task: the records ``[start, end)`` of ``region``, in offset order."""
 
     def table_location(self) -> str | None:
-        """Where the input's records live, when a query could write there too (a table): a query's dead letters
-        must never go into its own input. Default: None."""
+        """Where the input's records live, when a query could write there too (a table's location, or a topic as
+        ``kafka:<topic>``): a query's dead letters must never go into its own input. Default: None."""
         return None
 
 

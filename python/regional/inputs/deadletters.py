@@ -68,7 +68,16 @@ KEPT_VERSIONS = 4  # the table versions of the last few epochs, kept in the stor
 MARK_TRIES = 5  # a marking UPDATE that lost a race with the table's writer (a Delta conflict) is tried again
 
 
-def create(options: dict[str, str]) -> DeadLetterInput:
+def create(options: dict[str, str]) -> RegionInput[Any]:
+    """``path``: a dead-letter table (this module); ``topic``: a dead-letter topic (``deadletter_topic``)."""
+    given = {k.lower() for k, v in options.items() if str(v).strip()}
+    if "topic" in given:
+        if "path" in given:
+            raise RegionalConfigError("source=deadLetters reads a dead-letter table (path) or a dead-letter topic "
+                                      "(topic), not both: replay each with its own query")
+        from regional.inputs.deadletter_topic import DeadLetterTopicInput
+
+        return DeadLetterTopicInput(options)
     return DeadLetterInput(options)
 
 

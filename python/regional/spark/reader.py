@@ -21,7 +21,6 @@ from regional.dead_letters import encode_records
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs import load_input
 from regional.inputs.base import AcknowledgingInput, RetainedInput, StoredInput
-from regional.location import same_location
 from regional.protocol.plan import (
     INITIAL_EPOCH,
     EpochPlan,
@@ -36,6 +35,7 @@ from regional.spark.status_publisher import PUBLISHER, enabled
 from regional.spark.task_files import TIMED_BATCH_ROWS, ReadReceipt, SinkWatch, TaskFiles, TaskKey
 from regional.store import EpochRecord, RegionState, Standing, Store
 from regional.store.model import OUTAGE_BACKOFF_MAX_S
+from regional.targets import dead_letter_place, same_place
 
 log = logging.getLogger("regional")
 
@@ -104,10 +104,12 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 )
             settings = resolve_settings(self.conf, self.options, written)
             source = self.input.table_location()
-            if source is not None and settings.dead_letter_path and same_location(settings.dead_letter_path, source):
+            place = dead_letter_place(settings.dead_letter_path, settings.dead_letter_topic)
+            if source is not None and place is not None and same_place(place, source):
                 raise RegionalConfigError(
-                    f"deadLetterPath={source} is this query's own input: its dead letters would be read again. Give "
-                    "the query its own dead-letter table (a replay's records that fail again go there)")
+                    f"the dead letters' place {place} is this query's own input: its dead letters would be read "
+                    "again. Give the query its own dead-letter table or topic (a replay's records that fail again "
+                    "go there)")
             if not self.store.plan_allows_regional_epochs():
                 settings = settings.all_or_nothing()  # the JVM shim found an operator that mixes regions
             self.settings = settings

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from regional.errors import RegionalConfigError
+from regional.location import same_location
 from regional.plugins import find_plugin
 from regional.targets import python_class
 from regional.targets.base import QUERY_ID_OPTION, EpochReport, RegionalTarget, Target
@@ -45,6 +46,13 @@ def dead_letter_place(path: str | None, topic: str | None) -> str | None:
     if path is not None:
         return path
     return None if topic is None else TOPIC_PLACE + topic
+
+
+def same_place(a: str, b: str) -> bool:
+    """Whether two places of records (``dead_letter_place``'s texts) are the same table or topic."""
+    if a.startswith(TOPIC_PLACE) or b.startswith(TOPIC_PLACE):
+        return a == b
+    return same_location(a, b)
 
 
 def dead_letter_target(location: str, query_id: str, options: Mapping[str, str] | None = None) -> Target[Any]:

@@ -16,6 +16,10 @@ headers, with ``includeHeaders``); any other source's record is the row as JSON 
 ``regional.error.class``, ``regional.error.message``, ``regional.region``, ``regional.offset``,
 ``regional.epoch``, ``regional.query.id`` and, where the source has them, ``regional.source.topic``,
 ``regional.source.partition``, ``regional.source.offset`` (Connect's ``__connect.errors.topic`` ...).
+Then what a replay (``source=deadLetters`` with ``topic``, ``regional.inputs.deadletter_topic``) needs to
+give the row back exactly: ``regional.schema`` (the source columns' Arrow schema: IPC bytes, base64) and, for a Kafka
+source's record, ``regional.row`` (its other columns as JSON: region, offset, topic, partition, timestamp,
+...) and ``regional.source.headers`` (how many of the record's headers, first, are its own).
 
 Exactly once, across this topic and the target (Kafka Streams' exactly-once idea): ``prepare`` runs on the
 driver before the intent and keeps the rows in the handle (base64 Arrow IPC; at most
@@ -40,7 +44,6 @@ import base64
 import datetime
 import json
 import logging
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -49,6 +52,7 @@ import pyarrow as pa
 from regional import failpoints
 from regional.dead_letters import decode_records, encode_records
 from regional.errors import RegionalConfigError, RegionalError, RegionalStoreError
+from regional.kafka_group import committed
 from regional.protocol.settings import parse_int
 from regional.targets.base import EpochReport, Target
 
@@ -68,8 +72,6 @@ REFUSED = {
     "value.serializer": "nothing (the value is kept as the source read it, or the row as JSON)",
     "interceptor.classes": "nothing (Java producer interceptors do not exist here)",
 }
-RETRIABLE_GROUP_ERRORS = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE",
-                          "UNSTABLE_OFFSET_COMMIT", "_TIMED_OUT", "_TRANSPORT")
 
 
 Headers = list[tuple[str, str | bytes | None]]
@@ -207,16 +209,7 @@ class DeadLetterTopic(Target[str]):
         """The last epoch whose dead letters this query committed to the topic (the marker group's offset - 1)."""
         from confluent_kafka import KafkaException, TopicPartition
 
-        deadline = time.monotonic() + self.timeout_s
-        while True:
-            try:
-                [tp] = consumer.committed([TopicPartition(self.topic, 0)], timeout=max(deadline - time.monotonic(), 1))
-                break
-            except KafkaException as exc:
-                name = exc.args[0].name() if exc.args and hasattr(exc.args[0], "name") else ""
-                if name not in RETRIABLE_GROUP_ERRORS or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        [tp] = committed(consumer, [TopicPartition(self.topic, 0)], self.timeout_s)
         if tp.error is not None:
             raise KafkaException(tp.error)
         return tp.offset - 1 if tp.offset >= 0 else None
@@ -249,6 +242,8 @@ class DeadLetterTopic(Target[str]):
         names = table.schema.names
         source_columns = [n for n in names if n not in ("epoch", "error", "headers")]
         kafka_like = "value" in names and pa.types.is_binary(table.schema.field("value").type)
+        schema = base64.b64encode(pa.schema([f for f in table.schema if f.name not in ("epoch", "error")])
+                                  .serialize().to_pybytes())  # text, as every header here
         out = []
         for row in table.to_pylist():
             error = str(row.get("error") or "")
@@ -263,13 +258,17 @@ class DeadLetterTopic(Target[str]):
                 headers += [(HEADER + "source.topic", str(row["topic"]).encode()),
                             (HEADER + "source.partition", str(row["partition"]).encode()),
                             (HEADER + "source.offset", str(row["offset"]).encode())]
+            # What a replay (``source=deadLetters``, ``topic``) needs to give back the row as the source read it:
+            # its columns' types, and the columns the record itself does not carry.
+            headers.append((HEADER + "schema", schema))
             if kafka_like:
                 key = row.get("key") if "key" in names else None
+                rest = {n: _finite(row[n]) for n in source_columns if n not in ("key", "value")}
+                headers += [(HEADER + "row", _json(rest)),
+                            (HEADER + "source.headers", str(len(row.get("headers") or [])).encode())]
                 out.append((key, row["value"], headers))
             else:
-                value = json.dumps({n: _finite(row[n]) for n in source_columns}, default=_json_value,
-                                   allow_nan=False)
-                out.append((None, value.encode(), headers))
+                out.append((None, _json({n: _finite(row[n]) for n in source_columns}), headers))
         return out
 
 
@@ -286,6 +285,10 @@ def _capped(message: str) -> bytes:
 def _finite(value: Any) -> Any:
     """JSON has no NaN or infinity (strict parsers refuse the bare tokens): they become null."""
     return None if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))) else value
+
+
+def _json(row: dict[str, Any]) -> bytes:
+    return json.dumps(row, default=_json_value, allow_nan=False).encode()
 
 
 def _json_value(value: Any) -> Any:
