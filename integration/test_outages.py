@@ -40,7 +40,7 @@ def service_udf(down_flag: Path, poison: set[str]):
 def test_an_outage_of_every_region_dead_letters_nothing_healthy(spark, dirs, tmp_path):
     inp, out, ck = dirs
     dlq, down = tmp_path / "dead-letters", tmp_path / "service-down"
-    inputs = add_epoch_of_files(inp, REGIONS, "001", 40)
+    inputs = add_epoch_of_files(inp, REGIONS, "001", 24)
     poison = {inputs["a"][7]}
     down.touch()
     df = regional_stream(spark, inp, ck)
@@ -49,7 +49,8 @@ def test_an_outage_of_every_region_dead_letters_nothing_healthy(spark, dirs, tmp
              .option("checkpointLocation", str(ck)).option("keepRegionColumns", "true")
              .option("deadLetterPath", str(dlq)).start())
     try:
-        wait_for_epochs(query, ck, 12, timeout=600)  # long enough for bisection to reach single records
+        # long enough for bisection to reach single records (log2(24) + 2 epochs), were it to go on in an outage
+        wait_for_epochs(query, ck, 10, timeout=600)
         down.unlink()  # the service is back
         query.processAllAvailable()
     finally:

@@ -86,16 +86,30 @@ class RegionLetters:
 
 @dataclass
 class DeadLetterSummary:
-    """A dead-letter table at a glance: counts by region and by error class, the oldest and newest letters."""
+    """A dead-letter table (or topic) at a glance: counts by region and by error class, the oldest and newest
+    letters."""
 
-    table: str
-    version: int
+    table: str  # the table's location, or kafka:<topic>
+    version: int | None  # the table's version read; None for a topic
     records: int = 0
     replayed: int = 0
     regions: dict[str, RegionLetters] = field(default_factory=dict)
     error_classes: dict[str, int] = field(default_factory=dict)
     oldest: dict[str, Any] | None = None  # epoch, region, offset, error
     newest: dict[str, Any] | None = None
+
+    def add(self, region: str, offset: int, epoch: int, error: str, replayed: bool) -> None:
+        """One letter (``epoch`` -1: a row not written by regional's dead-letter sink)."""
+        self.records += 1
+        self.replayed += replayed
+        self.regions.setdefault(region, RegionLetters()).add(epoch, offset, replayed)
+        kind = error_class(error)
+        self.error_classes[kind] = self.error_classes.get(kind, 0) + 1
+        letter = {"epoch": epoch, "region": region, "offset": offset, "error": error}
+        if self.oldest is None or (epoch, offset) < (self.oldest["epoch"], self.oldest["offset"]):
+            self.oldest = letter
+        if self.newest is None or (epoch, offset) > (self.newest["epoch"], self.newest["offset"]):
+            self.newest = letter
 
     def to_json(self) -> dict[str, Any]:
         return {"table": self.table, "version": self.version, "records": self.records, "replayed": self.replayed,
@@ -130,17 +144,7 @@ def summary(path: str) -> DeadLetterSummary:
     replays = rows.get(REPLAYED_BY) or [None] * len(rows["region"])
     for region, offset, epoch, error, by in zip(rows["region"], rows["offset"], rows["epoch"], rows["error"],
                                                 replays, strict=True):
-        out.records += 1
-        out.replayed += by is not None
-        epoch = -1 if epoch is None else epoch  # a row not written by regional's dead-letter sink
-        out.regions.setdefault(str(region), RegionLetters()).add(int(epoch), int(offset), by is not None)
-        kind = error_class(error)
-        out.error_classes[kind] = out.error_classes.get(kind, 0) + 1
-        letter = {"epoch": int(epoch), "region": str(region), "offset": int(offset), "error": error}
-        if out.oldest is None or (letter["epoch"], letter["offset"]) < (out.oldest["epoch"], out.oldest["offset"]):
-            out.oldest = letter
-        if out.newest is None or (letter["epoch"], letter["offset"]) > (out.newest["epoch"], out.newest["offset"]):
-            out.newest = letter
+        out.add(str(region), int(offset), -1 if epoch is None else int(epoch), error, by is not None)
     return out
 
 

@@ -22,8 +22,13 @@ def main(argv: list[str] | None = None) -> int:
     draw.add_argument("--epochs", type=int, default=200, metavar="K", help="the newest K epochs (default 200)")
     letters = commands.add_parser("dead-letters", help="a dead-letter table: counts by region and error class, "
                                   "oldest and newest, how many are waiting for a replay")
-    letters.add_argument("table", help="the dead-letter table (a query's deadLetterPath)")
+    letters.add_argument("table", help="the dead-letter table (a query's deadLetterPath), or kafka:<topic> (its "
+                                       "deadLetterTopic)")
     letters.add_argument("--json", action="store_true", help="machine-readable")
+    letters.add_argument("--bootstrap-servers", help="a topic's brokers (host:9092)")
+    letters.add_argument("--replay-group", help="a topic's replay group (default regional-replayed-<topic>)")
+    letters.add_argument("-o", "--option", action="append", default=[], metavar="kafka.KEY=VALUE",
+                         help="a consumer setting for a topic, as the replay takes it (repeatable)")
     commands.add_parser("build-shim", help="compile the JVM shim into the package (uses pyspark's Scala compiler)")
     args = parser.parse_args(argv)
     try:
@@ -34,7 +39,14 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "dead-letters":
             from regional.cli.dead_letters import show as show_dead_letters
 
-            show_dead_letters(args.table, args.json)
+            if any("=" not in o for o in args.option):
+                parser.error("--option takes kafka.KEY=VALUE")
+            options = dict(o.split("=", 1) for o in args.option)
+            if args.bootstrap_servers:
+                options["kafka.bootstrap.servers"] = args.bootstrap_servers
+            if args.replay_group:
+                options["replayGroup"] = args.replay_group
+            show_dead_letters(args.table, args.json, options)
         elif args.command == "timeline":
             from regional.cli.timeline import draw as draw_timeline
             from regional.store.status import status

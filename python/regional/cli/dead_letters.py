@@ -1,15 +1,18 @@
-"""``python -m regional dead-letters <table>``: prints a dead-letter table's summary (``regional.dead_letters``)."""
+"""``python -m regional dead-letters <table>`` (or ``kafka:<topic>``): prints a dead-letter table's or topic's
+summary (``regional.dead_letters``, ``regional.inputs.deadletter_topic.topic_summary``)."""
 
 from __future__ import annotations
 
 import json
 
 from regional.dead_letters import DeadLetterSummary, summary
+from regional.targets import TOPIC_PLACE
 
 
 def render(s: DeadLetterSummary) -> str:
     """The summary as text: one line for the table, then regions, then error classes."""
-    lines = [f"dead letters in {s.table} (version {s.version}): {s.records} record(s), {s.records - s.replayed} "
+    version = "" if s.version is None else f" (version {s.version})"
+    lines = [f"dead letters in {s.table}{version}: {s.records} record(s), {s.records - s.replayed} "
              f"waiting for a replay, {s.replayed} replayed"]
     if not s.records:
         return "\n".join(lines)
@@ -32,6 +35,13 @@ def _at(at: tuple[int, int] | None) -> str:
     return "-" if at is None else f"({at[0]}, {at[1]})"
 
 
-def show(table: str, as_json: bool) -> None:
-    found = summary(table)
+def show(table: str, as_json: bool, options: dict[str, str] | None = None) -> None:
+    """``table``: a dead-letter table, or ``kafka:<topic>`` with the consumer's ``options`` (``kafka.*``,
+    ``replayGroup``)."""
+    if table.startswith(TOPIC_PLACE):
+        from regional.inputs.deadletter_topic import topic_summary
+
+        found = topic_summary({**(options or {}), "topic": table[len(TOPIC_PLACE):]})
+    else:
+        found = summary(table)
     print(json.dumps(found.to_json(), indent=2) if as_json else render(found))
