@@ -1,7 +1,8 @@
-"""Replays a dead-letter table into a Delta target with Trigger.AvailableNow (the UDF fixed: upper-casing); the
-crash test kills it in phase two and before the table's marks.
+"""Replays a dead-letter table (or topic) into a Delta target with Trigger.AvailableNow (the UDF fixed:
+upper-casing); the crash tests kill it in phase two and before the replay's marks.
 
 Usage: python -m integration.replay_child <dead letters> <out> <checkpoint> <the replay's dead letters>
+(the dead letters: a table, or kafka:<topic>@<brokers>)
 """
 
 from __future__ import annotations
@@ -17,8 +18,13 @@ def main() -> None:
     dlq, out, ck, dlq_replay = sys.argv[1:5]
     spark = regional.local_spark("local[2,3]", "regional-replay-child")
     regional.register(spark)
-    df = (spark.readStream.format("regional").option("source", "deadLetters").option("path", dlq)
-          .option("checkpointLocation", ck).option("maxRecordsPerRegion", "2").load())
+    reader = spark.readStream.format("regional").option("source", "deadLetters")
+    if dlq.startswith("kafka:"):  # kafka:<topic>@<brokers>: a dead-letter topic
+        topic, brokers = dlq[len("kafka:"):].rsplit("@", 1)
+        reader = reader.option("topic", topic).option("kafka.bootstrap.servers", brokers)
+    else:
+        reader = reader.option("path", dlq)
+    df = reader.option("checkpointLocation", ck).option("maxRecordsPerRegion", "2").load()
     query = (df.select("region", "offset", F.upper("value").alias("value")).writeStream.format("regional")
              .option("target", "delta").option("path", out).option("checkpointLocation", ck)
              .option("keepRegionColumns", "true").option("deadLetterPath", dlq_replay)

@@ -572,3 +572,28 @@ def test_kafka_to_a_dead_letter_topic_then_replays_of_it_land_every_record_exact
            .option("checkpointLocation", str(tmp_path / "ck-own")).option("deadLetterTopic", dead)
            .option("deadLetter.kafka.bootstrap.servers", kafka.bootstrap).start())
     assert f"the dead letters' place kafka:{dead} is this query's own input" in failure_of(own)
+
+
+@pytest.mark.campaign  # 40 s: the campaign command runs it (REGIONAL_CAMPAIGN=1), keeping CI within 30 minutes
+def test_sigkill_of_a_topic_replay_before_its_marks_then_restart_lands_each_letter_once(kafka, tmp_path):
+    """The topic replay's driver killed (SIGKILL) after an epoch's record, before the replay group's marks (in the
+    sink's phase two); restarted: every letter lands once, the group's mark is past every letter, and a new replay
+    (a new checkpoint) finds nothing to take."""
+    from integration.helpers import run_killable
+
+    dead, out, ck, marker = dead_topic(), tmp_path / "out", tmp_path / "ck", tmp_path / "reached"
+    records = {r: [(o, f"{r}-{o}") for o in (2, 5, 11, 12, 30)] for r in ("a", "b", "c")}
+    target = sink(kafka, dead, query_id="original")
+    for epoch, (offset, region, value) in enumerate(sorted((o, r, v) for r, rows in records.items() for o, v in rows)):
+        rows = pa.table({"region": [region], "offset": pa.array([offset], pa.int64()), "value": [value],
+                         "epoch": pa.array([epoch], pa.int64()), "error": pa.array(["ValueError: bad"])})
+        target.commit(epoch, {region: target.prepare(epoch, region, iter(rows.to_batches()))})
+    args = ["integration.replay_child", f"kafka:{dead}@{kafka.bootstrap}", str(out), str(ck), str(tmp_path / "dlq")]
+    assert run_killable(args, "before_marks:2", marker) == "killed"
+    [(mark, _)] = group_marks(kafka, dead, f"regional-replayed-{dead}")
+    assert run_killable(args, None, marker) == "finished"
+    landed_once(out, {r: [(o, v.upper()) for o, v in rows] for r, rows in records.items()})
+    [(after, meta)] = group_marks(kafka, dead, f"regional-replayed-{dead}")
+    assert after > mark and meta["above"] == [] and meta["replayed_by"] == Store(ck).query_id()
+    assert after > max(m["position"] for m in letters_in(kafka, dead))
+    assert replay_of(kafka, dead, tmp_path / "ck-new").available(0) == {}
