@@ -277,6 +277,10 @@ def test_a_failure_time_ahead_of_the_clock_counts_as_now_and_no_retries_means_no
     plan = plan_epoch(5, "q", "ck", {"a": ahead, "b": RegionState(0)}, {"a": 100, "b": 10},
                       with_dead_letters(dead_letter_retries=2, dead_letter_retry_backoff_s=0.0), now=T0)
     assert [r.region for r in plan.regions] == ["a", "b"]
+    # status says what the plan does (it had its own sum, without the clock's clamp: a month away)
+    record = EpochRecord(8, EpochKind.REGIONAL, {}, {}, {"a": ahead}, recorded_at=T0, dead_letter_retries=2,
+                         dead_letter_retry_backoff_s=5.0)
+    assert QueryStatus("ck", record.regions, [record], now=T0).retry("a") == (1, 3, T0 + 5)
 
 
 def test_a_backoff_longer_than_a_month_is_refused():

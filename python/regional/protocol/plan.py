@@ -217,12 +217,7 @@ def retry_due(state: RegionState, settings: Settings, now: float | None = None) 
     failure's time plus ``deadLetterRetryBackoff`` (the settings of the plan being made: a restart with a shorter
     backoff shortens a wait). None when it waits for no retry (none with ``deadLetterRetries=0``). A failure time
     after ``now`` (a clock that was ahead) counts as ``now``: a restart with a shorter backoff still shortens it."""
-    suspect = state.isolating
-    if (not settings.dead_letter_retries or not state.failed_alone or state.failed_alone_at is None
-            or suspect is None or suspect[1] != state.committed_offset + 1):
-        return None
-    failed_at = state.failed_alone_at if now is None else min(state.failed_alone_at, now)
-    return failed_at + settings.dead_letter_retry_backoff_s
+    return state.retry_due(settings.dead_letter_retries, settings.dead_letter_retry_backoff_s, now)
 
 
 PROBE_SPAN = 8  # offsets a probe reads (several: a Kafka offset may hold no record)

@@ -56,6 +56,17 @@ class RegionState(NamedTuple):
     failed_alone: int = 0
     failed_alone_at: float | None = None
 
+    def retry_due(self, retries: int, backoff_s: float, now: float | None = None) -> float | None:
+        """When this region, whose isolated record failed alone, may be planned again with ``deadLetterRetries``
+        ``retries`` and ``deadLetterRetryBackoff`` ``backoff_s``: the last failure's time plus the backoff. None
+        when it waits for no retry (none with ``retries`` 0). A failure time after ``now`` (a clock that was
+        ahead) counts as ``now``, so a restart with a shorter backoff still shortens the wait."""
+        suspect = self.isolating
+        if (not retries or not self.failed_alone or self.failed_alone_at is None or suspect is None
+                or suspect[1] != self.committed_offset + 1):
+            return None
+        return (self.failed_alone_at if now is None else min(self.failed_alone_at, now)) + backoff_s
+
     @property
     def ref_epoch(self) -> int | None:
         """The epoch whose offset a fallen-back region still uses (FLIP-600's ref_checkpoint_id);

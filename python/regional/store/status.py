@@ -93,7 +93,7 @@ class QueryStatus:
         if state is None or not state.failed_alone:
             return None
         retries, backoff = (last.dead_letter_retries, last.dead_letter_retry_backoff_s) if last else (0, 0.0)
-        due = None if state.failed_alone_at is None else state.failed_alone_at + backoff
+        due = state.retry_due(retries, backoff, self.now)  # as the next plan computes it
         return state.failed_alone, max(retries + 1, state.failed_alone + 1), due
 
     def retry_json(self, region: str) -> dict[str, Any] | None:
