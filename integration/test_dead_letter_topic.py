@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import math
 import os
 import time
 from typing import Any
@@ -122,7 +123,7 @@ def test_a_store_behind_the_topics_marker_fails_and_letters_are_bounded_and_stri
     """Found by a cold review. A checkpoint restored from a backup (or copied: the same query id) is behind the
     marker: its epoch's letters would be skipped silently; the commit fails instead, naming it. An error message
     that quotes a huge record is cut in the header (it would double the letter, past max.message.bytes). A NaN
-    in a row is null in its JSON (strict parsers refuse the bare NaN token)."""
+    in a row is the text "NaN" in its JSON (strict parsers refuse the bare NaN token; a replay reads it back)."""
     from regional.errors import RegionalStoreError
 
     topic = dead_topic()
@@ -140,7 +141,7 @@ def test_a_store_behind_the_topics_marker_fails_and_letters_are_bounded_and_stri
     bounded = sink(kafka, topic, query_id="q-bounded")
     bounded.commit(1, {"a": bounded.prepare(1, "a", iter(rows.to_batches()))})
     letter = next(m for m in letters_in(kafka, topic) if m["headers"]["regional.query.id"] == "q-bounded")
-    assert json.loads(letter["value"]) == {"region": "a", "offset": 9, "score": None}
+    assert json.loads(letter["value"]) == {"region": "a", "offset": 9, "score": "NaN"}  # as Jackson writes it
     message = letter["headers"]["regional.error.message"]
     assert len(message) < 8300 and message.endswith(" ... (cut)")
 
@@ -417,7 +418,7 @@ def test_a_dead_letter_topic_replays_each_letter_as_its_source_read_it_and_its_g
         "value": pa.array([b"m-1-17", b"\x00\xff"]), "topic": ["src", "src"],
         "partition": pa.array([1, 2], pa.int32()), "timestamp": pa.array([when, when], pa.timestamp("us", tz="UTC")),
         "timestampType": pa.array([0, 1], pa.int32()),
-        "headers": pa.array([[{"key": "trace", "value": b"t-1"}, {"key": "regional.region", "value": b"x"}], []],
+        "headers": pa.array([[{"key": "trace", "value": b"t-1"}, {"key": "regional.region", "value": b"x"}], None],
                             HEADERS)}, schema=SCHEMA.append(pa.field("headers", HEADERS)))
     letters = kafka_rows.append_column("epoch", pa.array([4, 4], pa.int64())).append_column(
         "error", pa.array(["ValueError: bad", "ValueError: bad"]))
@@ -433,10 +434,12 @@ def test_a_dead_letter_topic_replays_each_letter_as_its_source_read_it_and_its_g
     # Another source's letters: its row as JSON, typed again by the letters' schema.
     dead = dead_topic()
     fields = [("region", pa.string()), ("offset", pa.int64()), ("value", pa.string()), ("score", pa.float64()),
+              ("scores", pa.list_(pa.float32())),
               ("raw", pa.binary()), ("at", pa.timestamp("us", tz="UTC")), ("day", pa.date32()),
               ("price", pa.decimal128(10, 2)), ("tags", pa.list_(pa.string()))]
     rows = pa.table({"region": ["a", "b"], "offset": pa.array([7, 3], pa.int64()), "value": ["a-7", "b-3"],
-                     "score": [float("nan"), 1.5], "raw": pa.array([b"\x00\x01", None]), "at": [when, None],
+                     "score": [float("nan"), 1.5], "scores": [[float("-inf"), 2.0], None],
+                     "raw": pa.array([b"\x00\x01", None]), "at": [when, None],
                      "day": [dt.date(2026, 1, 2), None], "price": [decimal.Decimal("12.34"), None],
                      "tags": [["x", "y"], []]}, schema=pa.schema(fields))
     with_error = rows.append_column("epoch", pa.array([2, 2], pa.int64())).append_column(
@@ -448,8 +451,9 @@ def test_a_dead_letter_topic_replays_each_letter_as_its_source_read_it_and_its_g
     first = replay_of(kafka, dead, tmp_path / "ck-1")
     assert first.schema == rows.schema and first.available(0) == {"a": 8, "b": 4}
     want = rows.to_pylist()
-    want[0]["score"] = None  # JSON has no NaN: the letter holds null
-    assert replayed_rows(first, 0, "a", 0, 8) == [want[0]] and replayed_rows(first, 0, "b", 0, 4) == [want[1]]
+    [got_a] = replayed_rows(first, 0, "a", 0, 8)
+    assert math.isnan(got_a.pop("score")) and math.isnan(want[0].pop("score"))  # NaN, -inf: back as they were
+    assert got_a == want[0] and replayed_rows(first, 0, "b", 0, 4) == [want[1]]
 
     # The first replay recorded region b only: the mark stays at a's letter, naming b's beyond it.
     group = f"regional-replayed-{dead}"
@@ -463,6 +467,7 @@ def test_a_dead_letter_topic_replays_each_letter_as_its_source_read_it_and_its_g
 
     # The first replay records a as well: nothing is left for a new one. A letter of a later record is new; one
     # below where the first replay is (a late dead letter) fails it, naming it.
+    assert first.available(1) == {"a": 8}
     first.before_splits(1)
     first.on_recorded(recorded(1, {"a": 8, "b": 4}))
     assert group_marks(kafka, dead, group)[0][0] > at["b"]
@@ -597,3 +602,92 @@ def test_sigkill_of_a_topic_replay_before_its_marks_then_restart_lands_each_lett
     assert after > mark and meta["above"] == [] and meta["replayed_by"] == Store(ck).query_id()
     assert after > max(m["position"] for m in letters_in(kafka, dead))
     assert replay_of(kafka, dead, tmp_path / "ck-new").available(0) == {}
+
+
+def test_a_topic_replay_neither_loses_nor_doubles_across_restarts_retention_two_queries_and_other_replays(kafka,
+                                                                                                          tmp_path):
+    """Found by a cold review, each failing before its fix. (1) A late letter arriving after an epoch's plan was
+    logged and before its restarted re-run was taken into that epoch's ends and marked replayed, never read: the
+    ends are now kept when the plan is made. (2) A replay run again after a newer replay took letters took them
+    again: the group's marks are read at each plan. (3) Letters deleted by retention before any replay took them
+    went unnoticed by a restarted replay. (4) Two different letters of one region and offset (two queries on one
+    topic): the second was dropped."""
+    from regional.errors import RegionalStoreError
+
+    def letter(target, epoch: int, region: str, offset: int, value: str | None = None) -> None:
+        rows = pa.table({"region": [region], "offset": pa.array([offset], pa.int64()),
+                         "value": [value or f"{region}-{offset}"], "epoch": pa.array([epoch], pa.int64()),
+                         "error": pa.array(["ValueError: bad"])})
+        target.commit(epoch, {region: target.prepare(epoch, region, iter(rows.to_batches()))})
+
+    # (1) The driver dies after epoch 1's plan is logged; r@0 arrives; the restart re-runs epoch 1 from its plan.
+    dead = dead_topic()
+    target = sink(kafka, dead)
+    letter(target, 1, "r", 1)
+    letter(target, 2, "r", 7)
+    first = replay_of(kafka, dead, tmp_path / "ck-1")
+    assert first.available(0) == {"r": 8} and [x["offset"] for x in replayed_rows(first, 0, "r", 0, 2)] == [1]
+    first.on_recorded(recorded(0, {"r": 2}))
+    assert first.available(1) == {"r": 8}  # epoch 1's plan: r [2, 8)
+    letter(target, 3, "r", 0)
+    again = replay_of(kafka, dead, tmp_path / "ck-1")
+    again.on_recorded(recorded(0, {"r": 2}))
+    assert [x["offset"] for x in replayed_rows(again, 1, "r", 2, 8)] == [7]
+    again.on_recorded(recorded(1, {"r": 8}))
+    with pytest.raises(RegionalStoreError, match="region 'r' at offset 0, below its committed offset 8"):
+        again.available(2)
+    assert replay_of(kafka, dead, tmp_path / "ck-1b").available(0) == {"r": 1}  # unmarked: a new replay takes it
+
+    # (2) Replay A took a-1; B (a new checkpoint) took b-1; A run again takes nothing.
+    dead = dead_topic()
+    target = sink(kafka, dead)
+    letter(target, 1, "a", 1)
+    a = replay_of(kafka, dead, tmp_path / "ck-a")
+    assert a.available(0) == {"a": 2} and len(replayed_rows(a, 0, "a", 0, 2)) == 1
+    a.on_recorded(recorded(0, {"a": 2}))
+    letter(target, 2, "b", 1)
+    b = replay_of(kafka, dead, tmp_path / "ck-b")
+    assert b.available(0) == {"b": 2} and len(replayed_rows(b, 0, "b", 0, 2)) == 1
+    b.on_recorded(recorded(0, {"b": 2}))
+    a = replay_of(kafka, dead, tmp_path / "ck-a")
+    a.on_recorded(recorded(0, {"a": 2}))  # the restart hears its newest record first: B's marks are kept
+    assert a.available(1) == {}
+    assert replay_of(kafka, dead, tmp_path / "ck-c").available(0) == {}
+
+    # (3) A replay took c-1 only; retention deletes a-1 and b-1; the replay restarted fails, naming them.
+    dead = dead_topic()
+    target = sink(kafka, dead)
+    for epoch, region in enumerate("abc", start=1):
+        letter(target, epoch, region, 1)
+    at = {m["headers"]["regional.region"]: m["position"] for m in letters_in(kafka, dead)}
+    c = replay_of(kafka, dead, tmp_path / "ck-r")
+    assert c.available(0) == {"a": 2, "b": 2, "c": 2} and len(replayed_rows(c, 0, "c", 0, 2)) == 1
+    c.on_recorded(recorded(0, {"c": 2}))
+    _delete_records(kafka, dead, at["b"] + 1)
+    restarted = replay_of(kafka, dead, tmp_path / "ck-r")
+    with pytest.raises(RegionalStoreError, match=r"were deleted .* before any replay took them"):
+        restarted.on_recorded(recorded(0, {"c": 2}))  # heard first at the restart: no mark moves past them
+    with pytest.raises(RegionalStoreError, match=r"were deleted .* before any replay took them"):
+        restarted.available(1)
+    with pytest.raises(RegionalStoreError, match=r"were deleted .* before any replay took them"):
+        replay_of(kafka, dead, tmp_path / "ck-r2").available(0)
+
+    # (4) Two queries' different letters of one record fail the replay; the same letter twice is read once.
+    dead = dead_topic()
+    letter(sink(kafka, dead, query_id="q-1"), 1, "r", 3, "from query 1")
+    letter(sink(kafka, dead, query_id="q-1b"), 1, "r", 3, "from query 1")
+    twice = replay_of(kafka, dead, tmp_path / "ck-twice")
+    assert twice.available(0) == {"r": 4} and len(replayed_rows(twice, 0, "r", 0, 4)) == 1
+    letter(sink(kafka, dead, query_id="q-2"), 1, "r", 3, "from query 2")
+    with pytest.raises(RegionalStoreError, match=r"two different letters .* are region 'r' offset 3"):
+        replay_of(kafka, dead, tmp_path / "ck-shared").available(0)
+
+
+def _delete_records(broker, topic: str, before: int) -> None:
+    """Kafka's DeleteRecords, as retention does it: partition 0's log then starts at ``before``."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept: a client collected never answers
+    for future in admin.delete_records([TopicPartition(topic, 0, before)], request_timeout=20).values():
+        future.result(40)

@@ -12,19 +12,23 @@ source's rules (``kafka.group.id`` and ``kafka.isolation.level`` are regional's:
 ``regional-replayed-<topic>``); ``metadataTimeoutMs`` and ``kafkaConsumer.pollTimeoutMs`` as the Kafka source.
 
 - The index. The driver reads the topic's headers (every letter from where this replay began to the end of
-  its readable log; a dead-letter topic is small) into an index: region -> (original offset, partition,
-  position). An epoch's tasks read the positions of their range's letters, found in the index with the topic's
-  ends kept for that epoch in the store (``before_splits``): a re-run reads the same letters. The source's
-  schema is every letter's ``regional.schema`` together (a letter without a column gets null).
+  its readable log; a dead-letter topic is small) into an index: record (original region, offset) -> its
+  letters (partition, position). The same letter twice (one record dead-lettered twice) is one record, read
+  once; two different letters of one record (two queries on one topic) fail the replay. The source's schema
+  is every letter's ``regional.schema`` together (a letter without a column gets null).
+- Each plan (``available``) keeps in the store, before it returns, the topic's ends its tasks read below and,
+  per partition, the first letter not yet replayed (``waiting``: the log must still hold it, and hold that
+  letter there). An epoch's tasks read the positions of their range's letters found below those ends
+  (``before_splits``, ``split``): a re-run reads the same letters.
 - Marks: a topic's records cannot be changed, so "which letters were replayed" is the consumer group
   ``replayGroup``: after each recorded epoch, each partition's committed offset is its first letter not yet
-  replayed (published or dead-lettered again), and its metadata names this query, the epoch, and the letters
-  beyond that offset already replayed (``above``). A new replay (a new checkpointLocation) starts each partition
-  there and skips ``above``: it takes only what no replay took. Too many of those to fit in the metadata
-  (4 KB) and a new replay refuses to start, rather than read them twice; the replay that made them goes on from
-  its own checkpoint.
-- A letter below where this replay already is (late), one deleted by the topic's retention before this replay
-  read it, or a topic created again, fails the replay, saying so: absence is never success.
+  replayed (published or dead-lettered again) by this replay or any other, and its metadata names this query,
+  the epoch, and the letters beyond that offset already replayed (``above``). Every plan reads the group: a
+  replay never takes a letter another replay's marks hold, and a new replay (a new checkpointLocation) begins
+  there. Too many letters beyond the offset to fit in the metadata (4 KB), and another replay refuses to start
+  rather than read them twice. The marks live as long as the group's offsets (``offsets.retention.minutes``).
+- A letter below where this replay already is (late), one deleted by the topic's retention before any replay
+  took it, or a topic created again, fails the replay, saying so: absence is never success.
 
 Where each method runs: the index, ``available``, ``before_splits``, ``split`` and ``on_recorded`` on the driver
 (``on_recorded`` also in the sink's phase two when no ``kafka.*`` option is a credential: ``phase_two_options``);
@@ -83,10 +87,25 @@ REFUSED = {
 class Letter:
     """One dead letter in the index: where it is in the topic, and which record it was."""
 
-    __slots__ = ("offset", "partition", "position", "region")
+    __slots__ = ("digest", "offset", "partition", "position", "region")
 
-    def __init__(self, partition: int, position: int, region: str, offset: int) -> None:
+    def __init__(self, partition: int, position: int, region: str, offset: int, digest: int = 0) -> None:
         self.partition, self.position, self.region, self.offset = partition, position, region, offset
+        self.digest = digest  # of its key, value and row: two letters of one record are the same letter twice
+
+    @property
+    def at(self) -> tuple[int, int]:
+        return self.partition, self.position
+
+
+class Takes:
+    """What a group's marks say of one partition: every letter below ``mark`` was replayed, and those at ``above``."""
+
+    def __init__(self, mark: int = 0, above: frozenset[int] = frozenset()) -> None:
+        self.mark, self.above = mark, above
+
+    def __contains__(self, position: object) -> bool:
+        return isinstance(position, int) and (position < self.mark or position in self.above)
 
 
 @dataclass(frozen=True)
@@ -141,6 +160,8 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         self._committed: dict[str, int] = {}  # each region's committed offset as of epoch _committed_epoch's record
         self._committed_epoch: int | None = None
         self._split_ends: dict[int, int] | None = None  # the topic's ends kept for the epoch being split
+        self._bounds: dict[int, tuple[int, int]] = {}  # each partition's log start and end, as last read
+        self._taken: dict[int, Takes] = {}  # the replay group's marks, as last read
         if not read_letters:
             return
         schemas = self._read_topic(initial=True)
@@ -162,7 +183,8 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         # tasks read the positions in their split: none of the driver's index or store
-        state.update(_store=None, _log=None, _state=None, _letters=[], _next={}, _committed={}, _split_ends=None)
+        state.update(_store=None, _log=None, _state=None, _letters=[], _next={}, _committed={}, _split_ends=None,
+                     _bounds={}, _taken={})
         return state
 
     def __repr__(self) -> str:  # never the consumer's settings
@@ -198,12 +220,14 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         schemas: dict[bytes, pa.Schema] = {}
         try:
             meta = consumer.list_topics(self.topic, timeout=self.metadata_timeout_s).topics.get(self.topic)
+            self._bounds = {}
             if meta is None or meta.error is not None or not meta.partitions:
                 return []
             todo: dict[int, int] = {}
             for p in sorted(meta.partitions):
                 low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p),
                                                            timeout=self.metadata_timeout_s)
+                self._bounds[p] = (low, high)
                 start = self._next.get(p, low)
                 if start < low:
                     raise RegionalStoreError(
@@ -247,7 +271,8 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
                             f"source=deadLetters: the record at {self.topic} partition {p} position {position} is "
                             "not a regional dead letter (no regional.region, regional.offset or regional.schema "
                             "header): a replay reads a topic only regional's deadLetterTopic writes")
-                    letter = Letter(p, position, region.decode(), int(offset))
+                    letter = Letter(p, position, region.decode(), int(offset),
+                                    hash((m.key(), m.value(), headers.get(HEADER + "row"))))
                     self._letters.append(letter)
                     if visit is not None:
                         visit(letter, headers)
@@ -264,143 +289,238 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         return list(schemas.values())
 
     def _kept(self) -> dict[str, Any]:
-        """What this replay keeps in its store: where it began in each partition (the group's marks when it first
-        started), the letters beyond those that earlier replays took, and the topic's ends per epoch."""
+        """What this replay keeps in its store: where it began in each partition (``from``: the group's marks
+        when it first started; ``above``: the letters beyond those that earlier replays took), and per planned
+        epoch (the last few) the topic's ``ends`` its tasks read below, the first letter then not yet replayed
+        (``waiting``, the log must still hold it) and which record that letter is (``first``)."""
         if self._state is None:
             assert self._log is not None, "use_store() first"
             loaded = self._log.load()
             if loaded:
                 self._state = loaded[0]
             else:
-                began, above = self._group_marks()
-                self._state = {"from": {str(p): o for p, o in began.items()},
-                               "above": {str(p): sorted(a) for p, a in above.items()}, "versions": {}}
+                taken = self._group_takes(first=True)
+                self._state = {"from": {str(p): t.mark for p, t in taken.items()},
+                               "above": {str(p): sorted(t.above) for p, t in taken.items()}, "versions": {}}
                 self._log.write_snapshot(self._state)
         return self._state
 
-    def _group_marks(self) -> tuple[dict[int, int], dict[int, list[int]]]:
-        """``replayGroup``'s committed offsets and the letters beyond them already replayed, per partition."""
+    def _group_takes(self, first: bool = False) -> dict[int, Takes]:
+        """``replayGroup``'s marks per partition (``first``: as a new replay finds them, where it begins)."""
         from confluent_kafka import TopicPartition
 
-        partitions = sorted({letter.partition for letter in self._letters} | set(self._next))
+        partitions = sorted({letter.partition for letter in self._letters} | set(self._next) | set(self._bounds))
         if not partitions:
-            return {}, {}
+            return {}
         consumer = _consumer(self._conf(**{"group.id": self.group}))
         try:
             marks = committed(consumer, [TopicPartition(self.topic, p) for p in partitions], self.metadata_timeout_s)
         finally:
             consumer.close()
-        began: dict[int, int] = {}
-        above: dict[int, list[int]] = {}
+        mine = None if first or self._store is None else self._store.query_id()  # none yet: a new replay
+        taken: dict[int, Takes] = {}
         for tp in marks:
             if tp.offset < 0:
                 continue
-            began[tp.partition] = tp.offset
             meta = _mark(tp.metadata)
-            if meta.get("above") is None and meta.get("whole") is False:
+            if meta.get("above") is None and meta.get("whole") is False and meta.get("replayed_by") != mine:
                 raise RegionalStoreError(
                     f"source=deadLetters: replay {meta.get('replayed_by')!r} took letters of {self.topic} partition "
                     f"{tp.partition} beyond its mark (position {tp.offset}), too many to name in group {self.group!r}: "
-                    "a new replay would read them again. Let that replay go on from its own checkpointLocation, or "
+                    "this replay would read them again. Let that replay go on from its own checkpointLocation, or "
                     "give this one another replayGroup after deciding what it may read")
-            above[tp.partition] = [int(o) for o in meta.get("above") or []]
-        return began, above
+            taken[tp.partition] = Takes(tp.offset, frozenset(int(o) for o in meta.get("above") or []))
+        return taken
 
-    def _available_letters(self, ends: Mapping[int, int] | None = None) -> dict[str, list[Letter]]:
-        """The letters this replay reads, by region in original offset order (one record dead-lettered twice:
-        its first letter); with ``ends``, only those below each partition's end then."""
+    def _records(self, ends: Mapping[int, int] | None = None) -> dict[tuple[str, int], list[Letter]]:
+        """The letters from where this replay began, by record (region, offset): one record dead-lettered twice
+        is one record with two letters (the first, by partition and position, is read). With ``ends``, only the
+        letters below each partition's end then. Two different letters of one record fail the replay."""
         state = self._kept()
         began = {int(p): int(o) for p, o in state["from"].items()}
-        skipped = {(int(p), int(o)) for p, os in state["above"].items() for o in os}
-        out: dict[str, dict[int, Letter]] = {}
+        out: dict[tuple[str, int], list[Letter]] = {}
         for letter in self._letters:
-            if letter.position < began.get(letter.partition, 0) or (letter.partition, letter.position) in skipped:
+            if letter.position < began.get(letter.partition, 0):
                 continue
             if ends is not None and letter.position >= ends.get(letter.partition, 0):
                 continue
-            out.setdefault(letter.region, {}).setdefault(letter.offset, letter)
-        return {r: [by_offset[o] for o in sorted(by_offset)] for r, by_offset in out.items()}
+            copies = out.setdefault((letter.region, letter.offset), [])
+            if copies and copies[0].digest != letter.digest:
+                a, b = sorted([copies[0].at, letter.at])
+                raise RegionalStoreError(
+                    f"source=deadLetters: two different letters in {self.topic} are region {letter.region!r} offset "
+                    f"{letter.offset} (partition {a[0]} position {a[1]}, partition {b[0]} position {b[1]}): two "
+                    "queries of the same regions dead-letter to this topic. Replay them apart: give each query its "
+                    "own deadLetterTopic")
+            copies.append(letter)
+        for copies in out.values():
+            copies.sort(key=lambda c: c.at)
+        return out
+
+    def _replayed(self, copies: list[Letter], committed: Mapping[str, int], seen: Mapping[int, int]) -> bool:
+        """Whether a record was replayed: taken by an earlier replay (``above``), by any replay as the group's
+        marks say, or by this one (below its region's committed offset, and a letter of it was visible to the
+        tasks that moved the region past it: ``seen``, the ends kept for that epoch)."""
+        skipped = self._kept()["above"]
+        for c in copies:
+            if c.position in skipped.get(str(c.partition), ()) or c.position in self._taken.get(c.partition, Takes()):
+                return True
+        return copies[0].offset < committed.get(copies[0].region, 0) and any(
+            c.position < seen.get(c.partition, 0) for c in copies)
+
+    def _progress(self, committed: Mapping[str, int], seen: Mapping[int, int]) -> dict[int, tuple[int, list[int]]]:
+        """Per partition: the position of its first letter not replayed (the end when there is none), and the
+        positions after it of letters replayed."""
+        replayed: dict[int, list[int]] = {}
+        waiting: dict[int, int] = {}
+        for copies in self._records().values():
+            done = self._replayed(copies, committed, seen)
+            for c in copies:
+                if done:
+                    replayed.setdefault(c.partition, []).append(c.position)
+                else:
+                    waiting[c.partition] = min(waiting.get(c.partition, c.position), c.position)
+        out = {}
+        for p in sorted(set(replayed) | set(waiting) | set(self._next)):
+            mark = waiting.get(p, self._next.get(p, 0))
+            out[p] = (mark, sorted(o for o in replayed.get(p, []) if o > mark))
+        return out
+
+    def _check_log(self, state: dict[str, Any]) -> None:
+        """The letters this replay has still to read are in the log: none deleted by retention, the topic not
+        created again (its end below what was read, or another letter where the first waiting one was)."""
+        versions = state["versions"]
+        last = versions[max(versions, key=int)] if versions else None
+        need = last["waiting"] if last else state["from"]
+        at = {letter.at: letter for letter in self._letters}
+        for key, position in need.items():
+            p = int(key)
+            low, high = self._bounds.get(p, (None, None))
+            if low is None or high is None or (last is not None and high < int(last["ends"].get(key, 0))):
+                raise RegionalStoreError(
+                    f"source=deadLetters: {self.topic} partition {p} ends before the letters this replay read "
+                    "(the topic was created again, or lost partitions): replay it with a new checkpointLocation")
+            if low > int(position):
+                raise RegionalStoreError(
+                    f"source=deadLetters: letters of {self.topic} partition {p} from position {position} were "
+                    f"deleted (the topic's retention; it now starts at {low}) before any replay took them: they were "
+                    "never replayed. Restore them, or replay what is left with a new checkpointLocation and "
+                    "another replayGroup")
+            first = last["first"].get(key) if last else None
+            letter = at.get((p, int(position)))
+            if first is not None and (letter is None or [letter.region, letter.offset] != first):
+                raise RegionalStoreError(
+                    f"source=deadLetters: {self.topic} partition {p} position {position} no longer holds the letter "
+                    f"of region {first[0]!r} offset {first[1]} this replay found there: the topic was created "
+                    "again. Replay it with a new checkpointLocation")
 
     # -- planning, on the driver -------------------------------------------------------------------
 
     def available(self, epoch: int) -> dict[str, int]:
+        """The ends of the letters no replay took, by original region; what the epoch's tasks may read (the
+        topic's ends now) is kept in the store before this returns."""
         self._read_topic()
-        # A letter is late if its region's committed offset passed it, as of the last record, but the tasks that
-        # moved the region there could not see it (it is past the topic's ends kept for that epoch).
-        seen = self._ends_of(self._committed_epoch) or {}
-        letters = self._available_letters()
-        late = sorted((letter.region, letter.offset) for region, ls in letters.items() for letter in ls
-                      if letter.offset < self._committed.get(region, 0)
-                      and letter.position >= seen.get(letter.partition, 0))
+        state = self._kept()
+        self._check_log(state)
+        self._taken = self._group_takes()
+        seen = self._ends_of(self._committed_epoch, exact=False) or {}
+        records = self._records()
+        ends: dict[str, int] = {}
+        late: list[tuple[str, int]] = []
+        for (region, offset), copies in records.items():
+            if self._replayed(copies, self._committed, seen):
+                continue
+            if offset < self._committed.get(region, 0):  # past it, and no letter of it was there to read
+                late.append((region, offset))
+            ends[region] = max(ends.get(region, 0), offset + 1)
         if late:
-            region, offset = late[0]
+            region, offset = min(late)
             raise RegionalStoreError(
                 f"source=deadLetters: {len(late)} letter(s) reached {self.topic} after this replay had passed their "
                 f"offsets (e.g. region {region!r} at offset {offset}, below its committed offset "
-                f"{self._committed[region]}): two queries share the topic, its query started again from earlier "
-                "offsets, or one record was dead-lettered twice. This replay would never read them: replay them with "
-                "a new checkpointLocation (it takes only letters no replay has marked in replayGroup)")
-        return {region: ls[-1].offset + 1 for region, ls in letters.items()}
-
-    def before_splits(self, epoch: int) -> None:
-        """The epoch's tasks read the letters below the topic's ends as planned, kept in the store: a re-run
-        reads the same letters, and the marks cover what it read."""
-        state = self._kept()
-        if str(epoch) not in state["versions"]:
-            state["versions"][str(epoch)] = {str(p): o for p, o in self._next.items()}
+                f"{self._committed[region]}): two queries share the topic, or its query started again from earlier "
+                "offsets. This replay would never read them: replay them with a new checkpointLocation (it takes only "
+                "letters no replay has marked in replayGroup)")
+        progress = self._progress(self._committed, seen)
+        at = {letter.at: letter for letter in self._letters}
+        version = {"ends": {str(p): o for p, o in self._next.items()},
+                   "waiting": {str(p): mark for p, (mark, _) in progress.items()},
+                   "first": {str(p): [at[(p, mark)].region, at[(p, mark)].offset]
+                             for p, (mark, _) in progress.items() if (p, mark) in at}}
+        if state["versions"].get(str(epoch)) != version:  # durable before Spark logs a plan made from it
+            state["versions"][str(epoch)] = version
             for old in sorted(state["versions"], key=int)[:-KEPT_VERSIONS]:
                 del state["versions"][old]
             assert self._log is not None
             self._log.write_snapshot(state)
-        self._split_ends = {int(p): int(o) for p, o in state["versions"][str(epoch)].items()}
+        return ends
 
-    def _ends_of(self, epoch: int | None) -> dict[int, int] | None:
-        """The topic's ends kept for ``epoch`` (what its tasks could read); None if not kept."""
-        ends = None if epoch is None else self._kept()["versions"].get(str(epoch))
-        return None if ends is None else {int(p): int(o) for p, o in ends.items()}
+    def before_splits(self, epoch: int) -> None:
+        """The epoch's tasks read the letters below the topic's ends kept when it was planned (``available``): a
+        re-run reads the same letters, and the marks cover what it read."""
+        state = self._kept()
+        kept = state["versions"].get(str(epoch))
+        if kept is None:
+            raise RegionalStoreError(f"source=deadLetters: the regional store keeps no topic ends for epoch {epoch}, "
+                                     "which Spark planned: the store was changed or restored. Replay with a new "
+                                     "checkpointLocation")
+        if not self._letters:
+            self._read_topic()
+        if self._committed_epoch is None and self._store is not None:  # a restart's re-run of a logged plan
+            record = self._store.latest_record()
+            if record is not None:
+                self._committed = {r: s.committed_offset for r, s in record.regions.items()}
+                self._committed_epoch = record.epoch
+        self._taken = self._group_takes()
+        self._split_ends = {int(p): int(o) for p, o in kept["ends"].items()}
+
+    def _ends_of(self, epoch: int | None, exact: bool = True) -> dict[int, int] | None:
+        """The topic's ends kept for ``epoch`` (what its tasks could read); None if not kept. Not ``exact``: those
+        of the newest epoch kept up to ``epoch`` (fewer letters seen: a late letter is never taken as read)."""
+        versions = self._kept()["versions"]
+        kept = None if epoch is None else versions.get(str(epoch))
+        if kept is None and not exact and epoch is not None:
+            older = [int(e) for e in versions if int(e) <= epoch]
+            kept = versions[str(max(older))] if older else None
+        return None if kept is None else {int(p): int(o) for p, o in kept["ends"].items()}
 
     def split(self, region: str, start: int, end: int) -> TopicSplit:
         ends = self._split_ends
         if ends is None:
             raise RegionalStoreError("source=deadLetters: split() before before_splits(): a reader bug")
-        letters = self._available_letters(ends).get(region, [])
-        return TopicSplit(tuple((letter.partition, letter.position) for letter in letters
-                                if start <= letter.offset < end))
+        skipped = self._kept()["above"]
+        positions = []
+        for (r, offset), copies in sorted(self._records(ends).items(), key=lambda kv: kv[0][1]):
+            if r != region or not start <= offset < end:
+                continue
+            # Taken by another replay: not read (this replay's own are below its committed offset, never here).
+            if any(c.position in skipped.get(str(c.partition), ()) or c.position in self._taken.get(c.partition,
+                                                                                                   Takes())
+                   for c in copies) and offset >= self._committed.get(region, 0):
+                continue
+            positions.append(copies[0].at)
+        return TopicSplit(tuple(positions))
 
     def on_recorded(self, record: EpochRecord) -> None:
-        """Mark in ``replayGroup`` what this replay has published or dead-lettered again, as of ``record``: each
-        partition's first letter not replayed, and the letters beyond it that were."""
+        """Mark in ``replayGroup`` what was replayed, as of ``record``, by this replay and by any other as the
+        group says: each partition's first letter not replayed, and the letters beyond it that were."""
         from confluent_kafka import TopicPartition
 
         self._committed = {r: s.committed_offset for r, s in record.regions.items()}
         self._committed_epoch = record.epoch
         if not self._letters:
             self._read_topic()
-        state = self._kept()
-        # Replayed: below its region's committed offset and visible to the epoch's tasks (a late letter, past the
-        # ends kept for the epoch, was never read: the next plan fails on it, and it must stay unmarked).
+        # Replayed by this one: below its region's committed offset and visible to the epoch's tasks (a late
+        # letter, past the ends kept for the epoch, was never read: the next plan fails on it, and it stays unmarked).
         seen = self._ends_of(record.epoch)
         if seen is None:  # not kept (an old epoch heard late): the next epoch's marks cover it
             log.info("regional: source=deadLetters: no topic ends kept for epoch %d; its marks wait for the next",
                      record.epoch)
             return
-        skipped = {(int(p), int(o)) for p, os in state["above"].items() for o in os}
-        began = {int(p): int(o) for p, o in state["from"].items()}
-        replayed: dict[int, list[int]] = {}
-        waiting: dict[int, int] = {}
-        for letter in self._letters:
-            p = letter.partition
-            if letter.position < began.get(p, 0):
-                continue
-            if (p, letter.position) in skipped or (letter.offset < self._committed.get(letter.region, 0)
-                                                   and letter.position < seen.get(p, 0)):
-                replayed.setdefault(p, []).append(letter.position)
-            else:
-                waiting[p] = min(waiting.get(p, letter.position), letter.position)
+        self._check_log(self._kept())  # marks past letters deleted unread would hide their loss
+        self._taken = self._group_takes()  # another replay's marks since: kept, never overwritten
         marks = []
-        for p in sorted(set(replayed) | set(waiting)):
-            mark = waiting.get(p, self._next.get(p, 0))
-            above = sorted(o for o in replayed.get(p, []) if o > mark)
+        for p, (mark, above) in self._progress(self._committed, seen).items():
             meta = {"replayed_by": self._query_id(), "epoch": record.epoch, "above": above}
             text = json.dumps(meta, separators=(",", ":"))
             if len(text) > MAX_MARK_METADATA:
@@ -501,10 +621,12 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         letter_schema = _schema(headers[HEADER + "schema"])
         if HEADER + "row" in headers:  # a Kafka source's record: its key, value and own headers, then the rest
             raw = json.loads(headers[HEADER + "row"])
-            raw["key"], raw["value"] = m.key(), m.value()
+            raw["value"] = m.value()
+            if "key" in letter_schema.names:
+                raw["key"] = m.key()
             if "headers" in letter_schema.names:
-                own = int(headers.get(HEADER + "source.headers", b"0"))
-                raw["headers"] = [{"key": k, "value": v} for k, v in pairs[:own]]
+                own = headers.get(HEADER + "source.headers", b"null")
+                raw["headers"] = None if own == b"null" else [{"key": k, "value": v} for k, v in pairs[:int(own)]]
         else:
             raw = json.loads(m.value())
         unknown = [n for n in raw if n not in self.schema.names]
@@ -530,11 +652,9 @@ def topic_summary(options: Mapping[str, str]) -> DeadLetterSummary:
         seen.append((letter, int(epoch) if epoch is not None else -1, f"{error}: {message}" if message else error))
 
     source._read_topic(visit=visit)
-    began, above = source._group_marks()
-    skipped = {(p, o) for p, os in above.items() for o in os}
+    taken = source._group_takes(first=True)
     for letter, epoch, error in seen:
-        replayed = letter.position < began.get(letter.partition, 0) or (letter.partition, letter.position) in skipped
-        out.add(letter.region, letter.offset, epoch, error, replayed)
+        out.add(letter.region, letter.offset, epoch, error, letter.position in taken.get(letter.partition, Takes()))
     return out
 
 
@@ -542,6 +662,8 @@ def _typed(value: Any, kind: pa.DataType) -> Any:
     """A JSON value (as ``kafka_topic`` wrote it: bytes as base64, times as ISO text) as Arrow takes ``kind``."""
     if value is None or isinstance(value, bytes):
         return value
+    if pa.types.is_floating(kind) and isinstance(value, str):  # NaN and infinities travel as text (Jackson's way)
+        return float(value)
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
         return base64.b64decode(value)
     if pa.types.is_timestamp(kind):

@@ -44,6 +44,7 @@ import base64
 import datetime
 import json
 import logging
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -263,12 +264,13 @@ class DeadLetterTopic(Target[str]):
             headers.append((HEADER + "schema", schema))
             if kafka_like:
                 key = row.get("key") if "key" in names else None
-                rest = {n: _finite(row[n]) for n in source_columns if n not in ("key", "value")}
+                rest = {n: row[n] for n in source_columns if n not in ("key", "value")}
+                own = row.get("headers") if "headers" in names else []  # null (no headers at all) stays null
                 headers += [(HEADER + "row", _json(rest)),
-                            (HEADER + "source.headers", str(len(row.get("headers") or [])).encode())]
+                            (HEADER + "source.headers", b"null" if own is None else str(len(own)).encode())]
                 out.append((key, row["value"], headers))
             else:
-                out.append((None, _json({n: _finite(row[n]) for n in source_columns}), headers))
+                out.append((None, _json({n: row[n] for n in source_columns}), headers))
         return out
 
 
@@ -283,12 +285,19 @@ def _capped(message: str) -> bytes:
 
 
 def _finite(value: Any) -> Any:
-    """JSON has no NaN or infinity (strict parsers refuse the bare tokens): they become null."""
-    return None if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))) else value
+    """JSON has no NaN or infinity (strict parsers refuse the bare tokens): they become the text "NaN",
+    "Infinity", "-Infinity", as Jackson writes them, at any depth (a replay reads them back)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _json(row: dict[str, Any]) -> bytes:
-    return json.dumps(row, default=_json_value, allow_nan=False).encode()
+    return json.dumps(_finite(row), default=_json_value, allow_nan=False).encode()
 
 
 def _json_value(value: Any) -> Any:
