@@ -691,3 +691,103 @@ def _delete_records(broker, topic: str, before: int) -> None:
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept: a client collected never answers
     for future in admin.delete_records([TopicPartition(topic, 0, before)], request_timeout=20).values():
         future.result(40)
+
+
+def test_a_topic_replay_after_the_second_review_retention_availablenow_restarts_probes_and_long_marks(kafka,
+                                                                                                      tmp_path):
+    """Found by a second cold review, each failing on the code before its fix. (1) Retention deleting letters the
+    replay already replayed made every later plan fail ("deleted before any replay took them") and left the marks
+    unmade, so a new replay replayed the rest again. (2) Trigger.AvailableNow's start (the reader's
+    prepareForTriggerAvailableNow) planned the epoch of a logged plan Spark had yet to re-run, before the source
+    heard of its last record: a late letter was then kept in that epoch's ends and marked, never read. (3) A
+    probe below the committed offset read the replay's own dead-lettered-again letter and another replay's.
+    (4) Merged marks too long for the group's metadata dropped another replay's letters, which were replayed
+    again: they are spans now, and kept in the store."""
+    from regional.errors import RegionalStoreError
+    from regional.spark.reader import RegionalStreamReader
+    from regional.store.model import DeadLetter, EpochKind, EpochRecord, RegionState, Slice
+
+    def letters(target, epoch: int, region: str, offsets: list[int]) -> None:
+        n = len(offsets)
+        rows = pa.table({"region": [region] * n, "offset": pa.array(offsets, pa.int64()),
+                         "value": [f"{region}-{o}" for o in offsets], "epoch": pa.array([epoch] * n, pa.int64()),
+                         "error": pa.array(["ValueError: bad"] * n)})
+        target.commit(epoch, {region: target.prepare(epoch, region, iter(rows.to_batches()))})
+
+    # (1) Epoch 0 replays r@1 and r@5; retention deletes them: the replay goes on, and a new replay takes only r@9.
+    dead = dead_topic()
+    target = sink(kafka, dead)
+    for epoch, offset in enumerate((1, 5, 9), start=1):
+        letters(target, epoch, "r", [offset])
+    at = {int(m["headers"]["regional.offset"]): m["position"] for m in letters_in(kafka, dead)}
+    one = replay_of(kafka, dead, tmp_path / "ck-1")
+    assert one.available(0) == {"r": 10} and [x["offset"] for x in replayed_rows(one, 0, "r", 0, 6)] == [1, 5]
+    _delete_records(kafka, dead, at[5] + 1)
+    replay_of(kafka, dead, tmp_path / "ck-1").on_recorded(recorded(0, {"r": 6}))  # the sink's phase two
+    one.on_recorded(recorded(0, {"r": 6}))
+    assert one.available(1) == {"r": 10}
+    fresh = replay_of(kafka, dead, tmp_path / "ck-1n")
+    assert fresh.available(0) == {"r": 10} and [x["offset"] for x in replayed_rows(fresh, 0, "r", 0, 10)] == [9]
+
+    # (2) Epoch 1's plan (r [2, 8)) is logged; the driver dies; late r@0 arrives; the AvailableNow restart.
+    dead = dead_topic()
+    target = sink(kafka, dead)
+    letters(target, 1, "r", [1])
+    letters(target, 2, "r", [7])
+    ck = tmp_path / "ck-2"
+    two = replay_of(kafka, dead, ck)
+    assert two.available(0) == {"r": 8} and len(replayed_rows(two, 0, "r", 0, 2)) == 1
+    record = recorded(0, {"r": 2})
+    two._store.write_record(record)
+    two.on_recorded(record)
+    assert two.available(1) == {"r": 8}
+    (ck / "offsets").mkdir(parents=True)
+    for epoch in (0, 1):  # what Spark logged
+        (ck / "offsets" / str(epoch)).write_text("v1\n{}\n{}\n")
+    letters(target, 3, "r", [0])
+    reader = RegionalStreamReader({}, {"source": "deadLetters", "topic": dead, "kafka.bootstrap.servers":
+                                       kafka.bootstrap, "checkpointlocation": str(ck)})
+    try:
+        with pytest.raises(RegionalStoreError, match="region 'r' at offset 0, below its committed offset 2"):
+            reader.prepareForTriggerAvailableNow()
+    finally:
+        reader.store.release_fence()
+    late = next(m["position"] for m in letters_in(kafka, dead) if m["headers"]["regional.offset"] == "0")
+    assert int(replay_of(kafka, dead, ck)._kept()["versions"]["1"]["ends"]["0"]) <= late  # epoch 1's, as planned
+
+    # (3) A's r@1 fails again (dead-lettered); B takes r@5; A's probe of r below offset 12 reads neither.
+    dead = dead_topic()
+    target = sink(kafka, dead)
+    for epoch, offset in enumerate((1, 5, 9, 12), start=1):
+        letters(target, epoch, "r", [offset])
+    a = replay_of(kafka, dead, tmp_path / "ck-a")
+    assert a.available(0) == {"r": 13}
+    a.before_splits(0)
+    a.on_recorded(EpochRecord(0, EpochKind.GLOBAL, {}, {}, {"r": RegionState(2, 0)},
+                              dead_lettered={"r": DeadLetter(1, "ValueError: bad")}))
+    b = replay_of(kafka, dead, tmp_path / "ck-b")
+    assert b.available(0) == {"r": 13}  # r@1 is A's: dead-lettered again
+    assert [x["offset"] for x in replayed_rows(b, 0, "r", 0, 6)] == [5]
+    b.on_recorded(recorded(0, {"r": 6}))
+    assert a.available(1) == {"r": 13}
+    assert [x["offset"] for x in replayed_rows(a, 1, "r", 0, 12)] == [9]  # a probe before r@12
+
+    # (4) z@0 waits; B takes c's 300 letters; A takes d's 400: the marks keep B's as a span, A never reads c again.
+    dead = dead_topic()
+    target = sink(kafka, dead)
+    letters(target, 1, "z", [0])
+    letters(target, 2, "c", list(range(300)))
+    a = replay_of(kafka, dead, tmp_path / "ck-4a")
+    b = replay_of(kafka, dead, tmp_path / "ck-4b")
+    assert a.available(0) == {"z": 1, "c": 300} and b.available(0) == {"z": 1, "c": 300}
+    b.before_splits(0)
+    b.on_recorded(EpochRecord(0, EpochKind.GLOBAL, {"c": Slice(0, 300, 300)}, {}, {"c": RegionState(300, 0)}))
+    letters(target, 3, "d", list(range(400)))
+    assert a.available(1) == {"z": 1, "d": 400}
+    a.before_splits(1)
+    a.on_recorded(EpochRecord(1, EpochKind.GLOBAL, {"d": Slice(0, 400, 400)}, {}, {"d": RegionState(400, 1)}))
+    [(mark, meta)] = group_marks(kafka, dead, f"regional-replayed-{dead}")
+    assert mark == 0 and len(meta["above"]) == 1  # one span: c's and d's letters, one after another
+    assert a.available(2) == {"z": 1}
+    assert replay_of(kafka, dead, tmp_path / "ck-4c").available(0) == {"z": 1}
+

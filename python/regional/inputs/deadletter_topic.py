@@ -17,16 +17,20 @@ source's rules (``kafka.group.id`` and ``kafka.isolation.level`` are regional's:
   once; two different letters of one record (two queries on one topic) fail the replay. The source's schema
   is every letter's ``regional.schema`` together (a letter without a column gets null).
 - Each plan (``available``) keeps in the store, before it returns, the topic's ends its tasks read below and,
-  per partition, the first letter not yet replayed (``waiting``: the log must still hold it, and hold that
-  letter there). An epoch's tasks read the positions of their range's letters found below those ends
-  (``before_splits``, ``split``): a re-run reads the same letters.
+  per partition, the first letters this replay still owes (position, region, offset): retention deletes from
+  the start, so a log start past one of them, not replayed since, is a loss (``failOnDataLoss``, default true,
+  as the Kafka source), and a different letter there means the topic was created again. An epoch's tasks read
+  the positions of their range's letters found below those ends (``before_splits``, ``split``): a re-run
+  reads the same letters. Probes read this replay's own replayed letters, never those it dead-lettered again
+  nor another replay's.
 - Marks: a topic's records cannot be changed, so "which letters were replayed" is the consumer group
   ``replayGroup``: after each recorded epoch, each partition's committed offset is its first letter not yet
   replayed (published or dead-lettered again) by this replay or any other, and its metadata names this query,
-  the epoch, and the letters beyond that offset already replayed (``above``). Every plan reads the group: a
-  replay never takes a letter another replay's marks hold, and a new replay (a new checkpointLocation) begins
-  there. Too many letters beyond the offset to fit in the metadata (4 KB), and another replay refuses to start
-  rather than read them twice. The marks live as long as the group's offsets (``offsets.retention.minutes``).
+  the epoch, and the spans of letters beyond that offset already replayed (``above``). Every plan reads the
+  group, and keeps in the store what another replay took: a replay never takes a letter another replay's marks
+  hold, and a new replay (a new checkpointLocation) begins there. Too many spans to fit in the metadata
+  (4 KB), and another replay refuses to start rather than read them twice. The marks live as long as the
+  group's offsets (``offsets.retention.minutes``).
 - A letter below where this replay already is (late), one deleted by the topic's retention before any replay
   took it, or a topic created again, fails the replay, saying so: absence is never success.
 
@@ -38,6 +42,7 @@ Where each method runs: the index, ``available``, ``before_splits``, ``split`` a
 from __future__ import annotations
 
 import base64
+import bisect
 import datetime
 import decimal
 import functools
@@ -53,12 +58,12 @@ import pyarrow as pa
 
 from regional import failpoints
 from regional.dead_letters import DeadLetterSummary
-from regional.errors import RegionalConfigError, RegionalStoreError
+from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs.base import BATCH_ROWS, AcknowledgingInput, RegionInput, StoredInput
 from regional.inputs.deadletters import plain_type, spark_ddl
 from regional.inputs.kafka import FETCH_WAIT_MS, KafkaError, client_log
 from regional.kafka_group import committed
-from regional.protocol.settings import parse_int
+from regional.protocol.settings import parse_bool, parse_int
 from regional.store.model import EpochRecord
 from regional.targets import TOPIC_PLACE
 
@@ -73,6 +78,7 @@ KEPT_VERSIONS = 4  # the topic's ends of the last few epochs, kept in the store
 # consume() returns when it has its messages or at this timeout: short, as a read ends at the log's end or at its
 # last letter, seldom at a thousand records (measured: 0.2 s was 0.2 s per task and per index read)
 POLL_S = 0.02
+OWED_KEPT = 1000  # per partition, the first letters a replay owes, kept in the store (retention deletes the first)
 MAX_MARK_METADATA = 3500  # bytes of a partition's mark (the brokers' offset.metadata.max.bytes is 4096 by default)
 # kafka.* keys that may hold a credential: the options that build this source in the sink's phase two go into the
 # plan (Spark's offset log), so with one of these the marks are made by the reader only.
@@ -99,13 +105,41 @@ class Letter:
 
 
 class Takes:
-    """What a group's marks say of one partition: every letter below ``mark`` was replayed, and those at ``above``."""
+    """What a group's marks say of one partition: every letter below ``mark`` was replayed, and every letter in
+    the ``runs`` (inclusive position spans) beyond it."""
 
-    def __init__(self, mark: int = 0, above: frozenset[int] = frozenset()) -> None:
-        self.mark, self.above = mark, above
+    def __init__(self, mark: int = 0, runs: tuple[tuple[int, int], ...] = ()) -> None:
+        self.mark, self.runs = mark, tuple(sorted(runs))
 
     def __contains__(self, position: object) -> bool:
-        return isinstance(position, int) and (position < self.mark or position in self.above)
+        if not isinstance(position, int):
+            return False
+        if position < self.mark:
+            return True
+        i = bisect.bisect_right(self.runs, (position, float("inf"))) - 1
+        return i >= 0 and self.runs[i][0] <= position <= self.runs[i][1]
+
+    @staticmethod
+    def parse(mark: int, above: Any) -> Takes:
+        """``above`` as committed: spans ``[a, b]`` (or single positions, as the first version wrote them)."""
+        runs = [(int(x), int(x)) if isinstance(x, int) else (int(x[0]), int(x[1])) for x in above or []]
+        return Takes(mark, tuple(runs))
+
+
+def runs_of(taken: list[int], letters: list[int]) -> list[list[int]]:
+    """``taken`` (positions of letters, sorted) as spans of letters taken one after another among ``letters``
+    (every letter's position in the partition, sorted): a span ends at a letter not taken."""
+    chosen = set(taken)
+    out: list[list[Any]] = []
+    for position in letters:
+        if position in chosen:
+            if out and out[-1][2]:
+                out[-1][1] = position
+            else:
+                out.append([position, position, True])
+        elif out:
+            out[-1][2] = False
+    return [[a, b] for a, b, _ in out]
 
 
 @dataclass(frozen=True)
@@ -142,6 +176,7 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
                                       "aborted transaction was never dead-lettered): drop "
                                       f"kafka.isolation.level={isolation}")
         self.group = opts.get("replaygroup") or f"regional-replayed-{self.topic}"
+        self.fail_on_data_loss = parse_bool(opts, "failOnDataLoss", default="true")
         self.metadata_timeout_s = parse_int(opts, "metadataTimeoutMs", minimum=1, default="30000") / 1000
         self.poll_timeout_s = parse_int(opts, "kafkaConsumer.pollTimeoutMs", minimum=1, default="120000") / 1000
         self.consumer_conf = {k[len("kafka."):]: v for k, v in opts.items()
@@ -151,7 +186,8 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
             self._acknowledge = {"source": "deadLetters", "topic": self.topic,
                                  **{k: v for k, v in opts.items() if k.startswith("kafka.")},
                                  **{k: v for k, v in options.items() if k.lower() in (
-                                     "replaygroup", "metadatatimeoutms", "kafkaconsumer.polltimeoutms")}}
+                                     "replaygroup", "metadatatimeoutms", "kafkaconsumer.polltimeoutms",
+                                     "failondataloss")}}
         self._store: Store | None = None
         self._log: SourceLog | None = None
         self._state: dict[str, Any] | None = None  # from, above (skipped), versions: as kept in the store
@@ -162,6 +198,7 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         self._split_ends: dict[int, int] | None = None  # the topic's ends kept for the epoch being split
         self._bounds: dict[int, tuple[int, int]] = {}  # each partition's log start and end, as last read
         self._taken: dict[int, Takes] = {}  # the replay group's marks, as last read
+        self._record: EpochRecord | None = None  # the last record heard of
         if not read_letters:
             return
         schemas = self._read_topic(initial=True)
@@ -184,7 +221,7 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         state = dict(self.__dict__)
         # tasks read the positions in their split: none of the driver's index or store
         state.update(_store=None, _log=None, _state=None, _letters=[], _next={}, _committed={}, _split_ends=None,
-                     _bounds={}, _taken={})
+                     _bounds={}, _taken={}, _record=None)
         return state
 
     def __repr__(self) -> str:  # never the consumer's settings
@@ -229,12 +266,10 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
                                                            timeout=self.metadata_timeout_s)
                 self._bounds[p] = (low, high)
                 start = self._next.get(p, low)
-                if start < low:
-                    raise RegionalStoreError(
-                        f"source=deadLetters: letters of {self.topic} partition {p} from position {start} were "
-                        f"deleted (the topic's retention, or the topic was created again; it now starts at {low}) "
-                        "before this replay read them: they were never replayed. Restore them, or replay what is "
-                        "left with a new checkpointLocation")
+                if start < low:  # deleted before this replay read them: letters, or only aborted records
+                    self._lost(p, start, low, "were deleted before this replay read them (they may have held "
+                                              "letters, or only an aborted transaction's records)")
+                    start = low
                 if start > high:
                     raise RegionalStoreError(
                         f"source=deadLetters: {self.topic} partition {p} ends at {high}, before position {start} "
@@ -290,9 +325,10 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
 
     def _kept(self) -> dict[str, Any]:
         """What this replay keeps in its store: where it began in each partition (``from``: the group's marks
-        when it first started; ``above``: the letters beyond those that earlier replays took), and per planned
-        epoch (the last few) the topic's ``ends`` its tasks read below, the first letter then not yet replayed
-        (``waiting``, the log must still hold it) and which record that letter is (``first``)."""
+        when it first started), the letters other replays took (``above``, per partition), the records it
+        dead-lettered again (``again``, per region: its probes never read them), and per planned epoch (the last
+        few) the topic's ``ends`` its tasks read below and the first letters it then still owed (``owed``: position,
+        region, offset; ``complete`` when that is all of them)."""
         if self._state is None:
             assert self._log is not None, "use_store() first"
             loaded = self._log.load()
@@ -301,9 +337,14 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
             else:
                 taken = self._group_takes(first=True)
                 self._state = {"from": {str(p): t.mark for p, t in taken.items()},
-                               "above": {str(p): sorted(t.above) for p, t in taken.items()}, "versions": {}}
+                               "above": {str(p): self._taken_positions(p, t) for p, t in taken.items()},
+                               "again": {}, "versions": {}}
                 self._log.write_snapshot(self._state)
         return self._state
+
+    def _taken_positions(self, partition: int, takes: Takes) -> list[int]:
+        return sorted(letter.position for letter in self._letters
+                      if letter.partition == partition and letter.position >= takes.mark and letter.position in takes)
 
     def _group_takes(self, first: bool = False) -> dict[int, Takes]:
         """``replayGroup``'s marks per partition (``first``: as a new replay finds them, where it begins)."""
@@ -329,7 +370,7 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
                     f"{tp.partition} beyond its mark (position {tp.offset}), too many to name in group {self.group!r}: "
                     "this replay would read them again. Let that replay go on from its own checkpointLocation, or "
                     "give this one another replayGroup after deciding what it may read")
-            taken[tp.partition] = Takes(tp.offset, frozenset(int(o) for o in meta.get("above") or []))
+            taken[tp.partition] = Takes.parse(tp.offset, meta.get("above"))
         return taken
 
     def _records(self, ends: Mapping[int, int] | None = None) -> dict[tuple[str, int], list[Letter]]:
@@ -357,73 +398,103 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
             copies.sort(key=lambda c: c.at)
         return out
 
+    def _other_replays(self, copies: list[Letter]) -> bool:
+        """Whether another replay took this record (kept in the store once seen in the group)."""
+        above = self._kept()["above"]
+        return any(c.position in above.get(str(c.partition), ()) for c in copies)
+
     def _replayed(self, copies: list[Letter], committed: Mapping[str, int], seen: Mapping[int, int]) -> bool:
-        """Whether a record was replayed: taken by an earlier replay (``above``), by any replay as the group's
-        marks say, or by this one (below its region's committed offset, and a letter of it was visible to the
-        tasks that moved the region past it: ``seen``, the ends kept for that epoch)."""
-        skipped = self._kept()["above"]
-        for c in copies:
-            if c.position in skipped.get(str(c.partition), ()) or c.position in self._taken.get(c.partition, Takes()):
-                return True
+        """Whether a record was replayed: by another replay (``above``), by any replay as the group's marks say,
+        or by this one (below its region's committed offset, and a letter of it was visible to the tasks that
+        moved the region past it: ``seen``, the ends kept for that epoch)."""
+        if self._other_replays(copies) or any(c.position in self._taken.get(c.partition, Takes()) for c in copies):
+            return True
         return copies[0].offset < committed.get(copies[0].region, 0) and any(
             c.position < seen.get(c.partition, 0) for c in copies)
 
-    def _progress(self, committed: Mapping[str, int], seen: Mapping[int, int]) -> dict[int, tuple[int, list[int]]]:
-        """Per partition: the position of its first letter not replayed (the end when there is none), and the
-        positions after it of letters replayed."""
+    def _progress(self, committed: Mapping[str, int],
+                  seen: Mapping[int, int]) -> dict[int, tuple[int, list[int], list[list[Any]]]]:
+        """Per partition: the position of its first letter not replayed (the end when there is none), the
+        positions after it of letters replayed, and the first letters owed (position, region, offset)."""
         replayed: dict[int, list[int]] = {}
-        waiting: dict[int, int] = {}
+        owed: dict[int, list[list[Any]]] = {}
         for copies in self._records().values():
             done = self._replayed(copies, committed, seen)
             for c in copies:
                 if done:
                     replayed.setdefault(c.partition, []).append(c.position)
                 else:
-                    waiting[c.partition] = min(waiting.get(c.partition, c.position), c.position)
+                    owed.setdefault(c.partition, []).append([c.position, c.region, c.offset])
         out = {}
-        for p in sorted(set(replayed) | set(waiting) | set(self._next)):
-            mark = waiting.get(p, self._next.get(p, 0))
-            out[p] = (mark, sorted(o for o in replayed.get(p, []) if o > mark))
+        for p in sorted(set(replayed) | set(owed) | set(self._next)):
+            first_owed = sorted(owed.get(p, []))
+            mark = first_owed[0][0] if first_owed else self._next.get(p, 0)
+            out[p] = (mark, sorted(o for o in replayed.get(p, []) if o > mark), first_owed[:OWED_KEPT])
         return out
 
-    def _check_log(self, state: dict[str, Any]) -> None:
-        """The letters this replay has still to read are in the log: none deleted by retention, the topic not
-        created again (its end below what was read, or another letter where the first waiting one was)."""
-        versions = state["versions"]
-        last = versions[max(versions, key=int)] if versions else None
-        need = last["waiting"] if last else state["from"]
+    def _losses(self, version: Mapping[str, Any] | None, committed: Mapping[str, int],
+                seen: Mapping[int, int]) -> dict[int, tuple[int, str]]:
+        """Per partition whose log start passed letters this replay still owed (as of ``committed``, by what
+        ``version`` kept): the first such position, and what happened. A topic created again raises."""
+        state = self._kept()
         at = {letter.at: letter for letter in self._letters}
-        for key, position in need.items():
+        out: dict[int, tuple[int, str]] = {}
+        partitions = version["ends"] if version else state["from"]
+        for key in partitions:
             p = int(key)
             low, high = self._bounds.get(p, (None, None))
-            if low is None or high is None or (last is not None and high < int(last["ends"].get(key, 0))):
+            ends = int(version["ends"][key]) if version else int(state["from"][key])
+            if low is None or high is None or high < ends:
                 raise RegionalStoreError(
                     f"source=deadLetters: {self.topic} partition {p} ends before the letters this replay read "
                     "(the topic was created again, or lost partitions): replay it with a new checkpointLocation")
-            if low > int(position):
-                raise RegionalStoreError(
-                    f"source=deadLetters: letters of {self.topic} partition {p} from position {position} were "
-                    f"deleted (the topic's retention; it now starts at {low}) before any replay took them: they were "
-                    "never replayed. Restore them, or replay what is left with a new checkpointLocation and "
-                    "another replayGroup")
-            first = last["first"].get(key) if last else None
-            letter = at.get((p, int(position)))
-            if first is not None and (letter is None or [letter.region, letter.offset] != first):
-                raise RegionalStoreError(
-                    f"source=deadLetters: {self.topic} partition {p} position {position} no longer holds the letter "
-                    f"of region {first[0]!r} offset {first[1]} this replay found there: the topic was created "
-                    "again. Replay it with a new checkpointLocation")
+            owed = version["owed"].get(key, []) if version else []
+            for position, region, offset in owed:
+                if position >= low:  # still there: it must still be that letter
+                    letter = at.get((p, position))
+                    if letter is None or (letter.region, letter.offset) != (region, offset):
+                        raise RegionalStoreError(
+                            f"source=deadLetters: {self.topic} partition {p} position {position} no longer holds the "
+                            f"letter of region {region!r} offset {offset} this replay found there: the topic was "
+                            "created again. Replay it with a new checkpointLocation")
+                    break
+                if not (offset < committed.get(region, 0) and position < seen.get(p, 0)) and position not in \
+                        self._taken.get(p, Takes()):
+                    out[p] = (position, f"held region {region!r} offset {offset}, not yet replayed")
+                    break
+            else:
+                complete = version["complete"].get(key, True) if version else True
+                last = owed[-1][0] if owed else None
+                if not complete and last is not None and low > last:
+                    out[p] = (last + 1, "held letters this replay still owed (more than it keeps a note of)")
+                elif low > ends and (version is not None or p not in self._taken or low > self._taken[p].mark):
+                    out[p] = (ends, "held letters or an aborted transaction's records this replay never read")
+        return out
+
+    def _lost(self, partition: int, position: int, low: int, what: str) -> None:
+        """Letters of ``partition`` from ``position`` are gone (the log starts at ``low``): fail, or warn with
+        failOnDataLoss=false."""
+        message = (f"source=deadLetters: positions {position} to {low - 1} of {self.topic} partition {partition} "
+                   f"{what}, and the topic's retention deleted them")
+        if self.fail_on_data_loss:
+            raise RegionalDataLossError(message + ": they were never replayed. Restore them and start again, or set "
+                                        "failOnDataLoss=false to go on without them")
+        log.warning("regional: %s; going on without them (failOnDataLoss=false)", message)
 
     # -- planning, on the driver -------------------------------------------------------------------
 
     def available(self, epoch: int) -> dict[str, int]:
         """The ends of the letters no replay took, by original region; what the epoch's tasks may read (the
-        topic's ends now) is kept in the store before this returns."""
+        topic's ends now) and the letters still owed are kept in the store before this returns."""
         self._read_topic()
         state = self._kept()
-        self._check_log(state)
         self._taken = self._group_takes()
         seen = self._ends_of(self._committed_epoch, exact=False) or {}
+        versions = state["versions"]
+        last = versions[max(versions, key=int)] if versions else None
+        for p, (position, what) in self._losses(last, self._committed, seen).items():
+            self._lost(p, position, self._bounds[p][0], what)
+        changed = self._note_other_replays(state)
         records = self._records()
         ends: dict[str, int] = {}
         late: list[tuple[str, int]] = []
@@ -442,18 +513,38 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
                 "offsets. This replay would never read them: replay them with a new checkpointLocation (it takes only "
                 "letters no replay has marked in replayGroup)")
         progress = self._progress(self._committed, seen)
-        at = {letter.at: letter for letter in self._letters}
         version = {"ends": {str(p): o for p, o in self._next.items()},
-                   "waiting": {str(p): mark for p, (mark, _) in progress.items()},
-                   "first": {str(p): [at[(p, mark)].region, at[(p, mark)].offset]
-                             for p, (mark, _) in progress.items() if (p, mark) in at}}
-        if state["versions"].get(str(epoch)) != version:  # durable before Spark logs a plan made from it
-            state["versions"][str(epoch)] = version
-            for old in sorted(state["versions"], key=int)[:-KEPT_VERSIONS]:
-                del state["versions"][old]
+                   "owed": {str(p): owed for p, (_, _, owed) in progress.items() if owed},
+                   "complete": {str(p): len(owed) < OWED_KEPT for p, (_, _, owed) in progress.items() if owed}}
+        if changed or versions.get(str(epoch)) != version:  # durable before Spark logs a plan made from it
+            versions[str(epoch)] = version
+            for old in sorted(versions, key=int)[:-KEPT_VERSIONS]:
+                del versions[old]
             assert self._log is not None
             self._log.write_snapshot(state)
         return ends
+
+    def _note_other_replays(self, state: dict[str, Any]) -> bool:
+        """Keep in the store the letters the group says were taken that this replay did not take (another
+        replay's: above this one's committed offsets), and the records this replay dead-lettered again as of its
+        last record: the group's detail may be lost later (its metadata cut), the records' are far away."""
+        changed = False
+        for copies in self._records().values():
+            first = copies[0]
+            if first.offset < self._committed.get(first.region, 0) or self._other_replays(copies):
+                continue
+            if any(c.position in self._taken.get(c.partition, Takes()) for c in copies):
+                for c in copies:
+                    state["above"].setdefault(str(c.partition), []).append(c.position)
+                changed = True
+        record = self._record
+        if record is not None:
+            for region, letter in record.dead_lettered.items():
+                again = state["again"].setdefault(region, [])
+                if letter.offset not in again:
+                    again.append(letter.offset)
+                    changed = True
+        return changed
 
     def before_splits(self, epoch: int) -> None:
         """The epoch's tasks read the letters below the topic's ends kept when it was planned (``available``): a
@@ -488,26 +579,26 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         ends = self._split_ends
         if ends is None:
             raise RegionalStoreError("source=deadLetters: split() before before_splits(): a reader bug")
-        skipped = self._kept()["above"]
+        again = set(self._kept()["again"].get(region, ()))
+        committed = self._committed.get(region, 0)
         positions = []
         for (r, offset), copies in sorted(self._records(ends).items(), key=lambda kv: kv[0][1]):
-            if r != region or not start <= offset < end:
-                continue
-            # Taken by another replay: not read (this replay's own are below its committed offset, never here).
-            if any(c.position in skipped.get(str(c.partition), ()) or c.position in self._taken.get(c.partition,
-                                                                                                   Takes())
-                   for c in copies) and offset >= self._committed.get(region, 0):
-                continue
+            if r != region or not start <= offset < end or offset in again:
+                continue  # this replay's own dead-lettered again: a probe would fail on them
+            if self._other_replays(copies) or (offset >= committed and any(
+                    c.position in self._taken.get(c.partition, Takes()) for c in copies)):
+                continue  # another replay's (this one's own are below its committed offset: its probes read them)
             positions.append(copies[0].at)
         return TopicSplit(tuple(positions))
 
     def on_recorded(self, record: EpochRecord) -> None:
         """Mark in ``replayGroup`` what was replayed, as of ``record``, by this replay and by any other as the
-        group says: each partition's first letter not replayed, and the letters beyond it that were."""
+        group says: each partition's first letter not replayed, and the letters beyond it that were. A mark never
+        passes a letter deleted before it was replayed (the next plan fails on it)."""
         from confluent_kafka import TopicPartition
 
         self._committed = {r: s.committed_offset for r, s in record.regions.items()}
-        self._committed_epoch = record.epoch
+        self._committed_epoch, self._record = record.epoch, record
         if not self._letters:
             self._read_topic()
         # Replayed by this one: below its region's committed offset and visible to the epoch's tasks (a late
@@ -517,11 +608,17 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
             log.info("regional: source=deadLetters: no topic ends kept for epoch %d; its marks wait for the next",
                      record.epoch)
             return
-        self._check_log(self._kept())  # marks past letters deleted unread would hide their loss
         self._taken = self._group_takes()  # another replay's marks since: kept, never overwritten
+        lost = self._losses(self._kept()["versions"].get(str(record.epoch)), self._committed, seen)
+        positions: dict[int, list[int]] = {}
+        for letter in self._letters:
+            positions.setdefault(letter.partition, []).append(letter.position)
         marks = []
-        for p, (mark, above) in self._progress(self._committed, seen).items():
-            meta = {"replayed_by": self._query_id(), "epoch": record.epoch, "above": above}
+        for p, (mark, above, _) in self._progress(self._committed, seen).items():
+            if p in lost:
+                mark, above = min(mark, lost[p][0]), []
+            meta = {"replayed_by": self._query_id(), "epoch": record.epoch,
+                    "above": runs_of(above, sorted(o for o in positions.get(p, []) if o > mark))}
             text = json.dumps(meta, separators=(",", ":"))
             if len(text) > MAX_MARK_METADATA:
                 text = json.dumps({"replayed_by": self._query_id(), "epoch": record.epoch, "above": None,

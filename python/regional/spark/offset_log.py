@@ -28,3 +28,10 @@ def read_plan(checkpoint: Storage, epoch: int) -> EpochPlan:
             "(no unions or joins of two streams)"
         )
     return EpochPlan.parse(sources[0], where)
+
+
+def latest_logged_epoch(checkpoint: Storage) -> int | None:
+    """The newest epoch Spark logged a plan for (``offsets/<epoch>``), None when none yet."""
+    epochs = [int(name) for info in checkpoint.list("offsets")
+              if (name := info.name.rsplit("/", 1)[-1]).isdigit()]
+    return max(epochs) if epochs else None

@@ -31,8 +31,10 @@ from regional.protocol.plan import (
     retry_due,
 )
 from regional.protocol.settings import Settings, parse_optional_int, resolve_settings
+from regional.spark.offset_log import latest_logged_epoch
 from regional.spark.status_publisher import PUBLISHER, enabled
 from regional.spark.task_files import TIMED_BATCH_ROWS, ReadReceipt, SinkWatch, TaskFiles, TaskKey
+from regional.storage import open_storage
 from regional.store import EpochRecord, RegionState, Standing, Store
 from regional.store.model import OUTAGE_BACKOFF_MAX_S
 from regional.targets import dead_letter_place, same_place
@@ -123,7 +125,11 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self.store.fence()
         latest = self.store.latest_record()
-        self.available_now = self.input.available(latest.epoch + 1 if latest else 0)
+        self._tell_input(latest)  # as before any plan: the source knows where each region is
+        # Spark re-runs a logged plan it has not committed before it plans again: the epoch after that one.
+        logged = latest_logged_epoch(open_storage(self.store.checkpoint))
+        self.available_now = self.input.available(max(latest.epoch + 1 if latest else 0,
+                                                      -1 if logged is None else logged + 1))
 
     # Every call from Spark's driver side takes the driver lock first: a restarted driver re-runs its last
     # planned epoch (``partitions``) before it plans a new one.
