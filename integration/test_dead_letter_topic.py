@@ -9,6 +9,7 @@ import itertools
 import json
 import math
 import os
+import re
 import time
 from typing import Any
 
@@ -460,7 +461,7 @@ def test_a_dead_letter_topic_replays_each_letter_as_its_source_read_it_and_its_g
     first.on_recorded(recorded(0, {"b": 4}))
     at = {m["headers"]["regional.region"]: m["position"] for m in letters_in(kafka, dead)}  # markers between
     [(offset, meta)] = group_marks(kafka, dead, group)
-    assert (offset, meta["above"], meta["epoch"]) == (at["a"], [at["b"]], 0)
+    assert (offset, meta["above"], meta["epoch"]) == (at["a"], [[at["b"], at["b"]]], 0)  # spans of letters
     assert meta["replayed_by"] == first._query_id()
     second = replay_of(kafka, dead, tmp_path / "ck-2")  # a new replay takes only what no replay took
     assert second.available(0) == {"a": 8}
@@ -610,9 +611,9 @@ def test_a_topic_replay_neither_loses_nor_doubles_across_restarts_retention_two_
     logged and before its restarted re-run was taken into that epoch's ends and marked replayed, never read: the
     ends are now kept when the plan is made. (2) A replay run again after a newer replay took letters took them
     again: the group's marks are read at each plan. (3) Letters deleted by retention before any replay took them
-    went unnoticed by a restarted replay. (4) Two different letters of one region and offset (two queries on one
-    topic): the second was dropped."""
-    from regional.errors import RegionalStoreError
+    went unnoticed by a restarted replay, and its marks passed them. (4) Two different letters of one region and
+    offset (two queries on one topic): the second was dropped."""
+    from regional.errors import RegionalDataLossError, RegionalStoreError
 
     def letter(target, epoch: int, region: str, offset: int, value: str | None = None) -> None:
         rows = pa.table({"region": [region], "offset": pa.array([offset], pa.int64()),
@@ -665,12 +666,15 @@ def test_a_topic_replay_neither_loses_nor_doubles_across_restarts_retention_two_
     c.on_recorded(recorded(0, {"c": 2}))
     _delete_records(kafka, dead, at["b"] + 1)
     restarted = replay_of(kafka, dead, tmp_path / "ck-r")
-    with pytest.raises(RegionalStoreError, match=r"were deleted .* before any replay took them"):
-        restarted.on_recorded(recorded(0, {"c": 2}))  # heard first at the restart: no mark moves past them
-    with pytest.raises(RegionalStoreError, match=r"were deleted .* before any replay took them"):
+    restarted.on_recorded(recorded(0, {"c": 2}))  # heard first at the restart: the mark stays before a-1
+    assert group_marks(kafka, dead, f"regional-replayed-{dead}")[0][0] <= at["a"]
+    gone = rf"positions {at['a']} to {at['b']} of {re.escape(dead)} partition 0 held "
+    with pytest.raises(RegionalDataLossError, match=gone + "region 'a' offset 1, not yet replayed, and the topic's "
+                                                           "retention deleted them: they were never replayed"):
         restarted.available(1)
-    with pytest.raises(RegionalStoreError, match=r"were deleted .* before any replay took them"):
+    with pytest.raises(RegionalDataLossError, match=gone + ".* they were never replayed"):  # a new replay
         replay_of(kafka, dead, tmp_path / "ck-r2").available(0)
+    assert replay_of(kafka, dead, tmp_path / "ck-r3", failOnDataLoss="false").available(0) == {}  # c-1 was taken
 
     # (4) Two queries' different letters of one record fail the replay; the same letter twice is read once.
     dead = dead_topic()

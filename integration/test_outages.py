@@ -49,8 +49,9 @@ def test_an_outage_of_every_region_dead_letters_nothing_healthy(spark, dirs, tmp
              .option("checkpointLocation", str(ck)).option("keepRegionColumns", "true")
              .option("deadLetterPath", str(dlq)).start())
     try:
-        # long enough for bisection to reach single records (log2(24) + 2 epochs), were it to go on in an outage
-        wait_for_epochs(query, ck, 10, timeout=600)
+        # long enough for bisection to reach single records (log2(24) + 2, about 7 epochs), were it to go on in an
+        # outage (each outage epoch backs off, up to 10 s: the test's time is mostly these waits)
+        wait_for_epochs(query, ck, 8, timeout=600)
         down.unlink()  # the service is back
         query.processAllAvailable()
     finally:

@@ -615,8 +615,8 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
             positions.setdefault(letter.partition, []).append(letter.position)
         marks = []
         for p, (mark, above, _) in self._progress(self._committed, seen).items():
-            if p in lost:
-                mark, above = min(mark, lost[p][0]), []
+            if p in lost and lost[p][0] < mark:  # every letter between stays marked replayed
+                mark, above = lost[p][0], sorted(o for o in positions.get(p, []) if lost[p][0] < o < mark) + above
             meta = {"replayed_by": self._query_id(), "epoch": record.epoch,
                     "above": runs_of(above, sorted(o for o in positions.get(p, []) if o > mark))}
             text = json.dumps(meta, separators=(",", ":"))
