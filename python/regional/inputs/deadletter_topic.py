@@ -196,6 +196,7 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         self._committed: dict[str, int] = {}  # each region's committed offset as of epoch _committed_epoch's record
         self._committed_epoch: int | None = None
         self._split_ends: dict[int, int] | None = None  # the topic's ends kept for the epoch being split
+        self._split_records: dict[str, list[tuple[int, list[Letter]]]] | None = None
         self._bounds: dict[int, tuple[int, int]] = {}  # each partition's log start and end, as last read
         self._taken: dict[int, Takes] = {}  # the replay group's marks, as last read
         self._record: EpochRecord | None = None  # the last record heard of
@@ -221,7 +222,7 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         state = dict(self.__dict__)
         # tasks read the positions in their split: none of the driver's index or store
         state.update(_store=None, _log=None, _state=None, _letters=[], _next={}, _committed={}, _split_ends=None,
-                     _bounds={}, _taken={}, _record=None)
+                     _split_records=None, _bounds={}, _taken={}, _record=None)
         return state
 
     def __repr__(self) -> str:  # never the consumer's settings
@@ -564,6 +565,7 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
                 self._committed_epoch = record.epoch
         self._taken = self._group_takes()
         self._split_ends = {int(p): int(o) for p, o in kept["ends"].items()}
+        self._split_records = None  # built by the epoch's first split, once for all its regions
 
     def _ends_of(self, epoch: int | None, exact: bool = True) -> dict[int, int] | None:
         """The topic's ends kept for ``epoch`` (what its tasks could read); None if not kept. Not ``exact``: those
@@ -579,11 +581,19 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         ends = self._split_ends
         if ends is None:
             raise RegionalStoreError("source=deadLetters: split() before before_splits(): a reader bug")
+        if self._split_records is None:  # every region's records below the epoch's ends, in offset order
+            by_region: dict[str, list[tuple[int, list[Letter]]]] = {}
+            for (r, offset), copies in self._records(ends).items():
+                by_region.setdefault(r, []).append((offset, copies))
+            self._split_records = {r: sorted(rs, key=lambda x: x[0]) for r, rs in by_region.items()}
+        records = self._split_records.get(region, [])
         again = set(self._kept()["again"].get(region, ()))
         committed = self._committed.get(region, 0)
         positions = []
-        for (r, offset), copies in sorted(self._records(ends).items(), key=lambda kv: kv[0][1]):
-            if r != region or not start <= offset < end or offset in again:
+        for offset, copies in records[bisect.bisect_left(records, start, key=lambda x: x[0]):]:
+            if offset >= end:
+                break
+            if offset in again:
                 continue  # this replay's own dead-lettered again: a probe would fail on them
             if self._other_replays(copies) or (offset >= committed and any(
                     c.position in self._taken.get(c.partition, Takes()) for c in copies)):
