@@ -173,6 +173,7 @@ def test_a_replay_reads_and_marks_a_dead_letter_table_on_s3(s3):
     assert (found.records, found.replayed, {r: g.waiting for r, g in found.regions.items()}) == (3, 2, {"a": 0, "b": 1})
 
 
+@pytest.mark.campaign  # 42 s: with the topic replay's own (REGIONAL_CAMPAIGN=1), keeping CI within 30 minutes
 def test_sigkill_of_the_replay_in_phase_two_and_before_its_marks_then_restart_lands_each_record_once(spark,
                                                                                                     tmp_path):
     """The replay's driver killed (SIGKILL, the whole process tree) after an epoch's record but before the table's
