@@ -413,13 +413,13 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         return copies[0].offset < committed.get(copies[0].region, 0) and any(
             c.position < seen.get(c.partition, 0) for c in copies)
 
-    def _progress(self, committed: Mapping[str, int],
+    def _progress(self, records: dict[tuple[str, int], list[Letter]], committed: Mapping[str, int],
                   seen: Mapping[int, int]) -> dict[int, tuple[int, list[int], list[list[Any]]]]:
         """Per partition: the position of its first letter not replayed (the end when there is none), the
         positions after it of letters replayed, and the first letters owed (position, region, offset)."""
         replayed: dict[int, list[int]] = {}
         owed: dict[int, list[list[Any]]] = {}
-        for copies in self._records().values():
+        for copies in records.values():
             done = self._replayed(copies, committed, seen)
             for c in copies:
                 if done:
@@ -495,8 +495,8 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         last = versions[max(versions, key=int)] if versions else None
         for p, (position, what) in self._losses(last, self._committed, seen).items():
             self._lost(p, position, self._bounds[p][0], what)
-        changed = self._note_other_replays(state)
-        records = self._records()
+        records = self._records()  # once per plan: each step below walks them
+        changed = self._note_other_replays(state, records)
         ends: dict[str, int] = {}
         late: list[tuple[str, int]] = []
         for (region, offset), copies in records.items():
@@ -513,7 +513,7 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
                 f"{self._committed[region]}): two queries share the topic, or its query started again from earlier "
                 "offsets. This replay would never read them: replay them with a new checkpointLocation (it takes only "
                 "letters no replay has marked in replayGroup)")
-        progress = self._progress(self._committed, seen)
+        progress = self._progress(records, self._committed, seen)
         version = {"ends": {str(p): o for p, o in self._next.items()},
                    "owed": {str(p): owed for p, (_, _, owed) in progress.items() if owed},
                    "complete": {str(p): len(owed) < OWED_KEPT for p, (_, _, owed) in progress.items() if owed}}
@@ -525,12 +525,12 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
             self._log.write_snapshot(state)
         return ends
 
-    def _note_other_replays(self, state: dict[str, Any]) -> bool:
+    def _note_other_replays(self, state: dict[str, Any], records: dict[tuple[str, int], list[Letter]]) -> bool:
         """Keep in the store the letters the group says were taken that this replay did not take (another
         replay's: above this one's committed offsets), and the records this replay dead-lettered again as of its
         last record: the group's detail may be lost later (its metadata cut), the records' are far away."""
         changed = False
-        for copies in self._records().values():
+        for copies in records.values():
             first = copies[0]
             if first.offset < self._committed.get(first.region, 0) or self._other_replays(copies):
                 continue
@@ -561,8 +561,7 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         if self._committed_epoch is None and self._store is not None:  # a restart's re-run of a logged plan
             record = self._store.latest_record()
             if record is not None:
-                self._committed = {r: s.committed_offset for r, s in record.regions.items()}
-                self._committed_epoch = record.epoch
+                self._hear(record)
         self._taken = self._group_takes()
         self._split_ends = {int(p): int(o) for p, o in kept["ends"].items()}
         self._split_records = None  # built by the epoch's first split, once for all its regions
@@ -607,8 +606,7 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         passes a letter deleted before it was replayed (the next plan fails on it)."""
         from confluent_kafka import TopicPartition
 
-        self._committed = {r: s.committed_offset for r, s in record.regions.items()}
-        self._committed_epoch, self._record = record.epoch, record
+        self._hear(record)
         if not self._letters:
             self._read_topic()
         # Replayed by this one: below its region's committed offset and visible to the epoch's tasks (a late
@@ -624,7 +622,7 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         for letter in self._letters:
             positions.setdefault(letter.partition, []).append(letter.position)
         marks = []
-        for p, (mark, above, _) in self._progress(self._committed, seen).items():
+        for p, (mark, above, _) in self._progress(self._records(), self._committed, seen).items():
             if p in lost and lost[p][0] < mark:  # every letter between stays marked replayed
                 mark, above = lost[p][0], sorted(o for o in positions.get(p, []) if lost[p][0] < o < mark) + above
             meta = {"replayed_by": self._query_id(), "epoch": record.epoch,
@@ -651,6 +649,11 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
                              f"{self.group!r} of {self.topic} ({exc}); the next start marks them") from None
         finally:
             consumer.close()
+
+    def _hear(self, record: EpochRecord) -> None:
+        """Where each region is as of ``record``: what a plan, a split and the marks go by."""
+        self._committed = {r: s.committed_offset for r, s in record.regions.items()}
+        self._committed_epoch, self._record = record.epoch, record
 
     def _query_id(self) -> str:
         query_id = self._store.query_id() if self._store is not None else None
