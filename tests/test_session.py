@@ -72,3 +72,11 @@ def test_on_a_spark_line_without_a_shim_or_delta_build_the_session_gets_neither_
     assert "JVM shim is left out" in caplog.text and "pure Python" in caplog.text
     assert "Delta Lake's JVM (io.delta:delta-spark_4.2_2.13:4.4.0) is left out" in caplog.text
     assert "still work (they write with delta-rs)" in caplog.text
+
+
+def test_the_session_talks_to_python_workers_over_unix_sockets_unless_the_user_chose():
+    from regional.spark import session
+
+    assert session.regional_conf({}).get("spark.python.unix.domain.socket.enabled") == "true"
+    chosen = session.regional_conf({"spark.python.unix.domain.socket.enabled": "false"})
+    assert "spark.python.unix.domain.socket.enabled" not in chosen  # the builder's own value stays

@@ -34,6 +34,7 @@ from regional.protocol.settings import conf_settings, given_settings, parse_bool
 from regional.spark.offset_log import read_plan
 from regional.spark.status_publisher import PUBLISHER
 from regional.spark.task_files import TaskFiles, TaskKey
+from regional.spark.worker_gc import freeze_imports
 from regional.storage import open_storage
 from regional.store import Store
 from regional.targets import dead_letter_place, dead_letter_target, load_target
@@ -234,6 +235,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
     # -- phase one, in the task ------------------------------------------------------------------
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> RegionalCommitMessage:
+        freeze_imports()
         key = TaskKey.current()
         files = TaskFiles(key)
         guard = SliceGuard(key.partition, self.keep_region_columns, files.mark_receiving, self.mixed)
