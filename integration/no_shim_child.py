@@ -17,7 +17,8 @@ def main() -> None:
     handler = logging.Handler()
     handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
     logging.getLogger("regional").addHandler(handler)
-    spark = SparkSession.builder.master("local[2,3]").config("spark.ui.enabled", "false").getOrCreate()
+    spark = (SparkSession.builder.master("local[2,3]").config("spark.ui.enabled", "false")
+             .config("spark.python.unix.domain.socket.enabled", "true").getOrCreate())  # its own line otherwise
     regional.register(spark)
     for line in records:
         print(f"LOGGED: {line}")

@@ -80,3 +80,18 @@ def test_the_session_talks_to_python_workers_over_unix_sockets_unless_the_user_c
     assert session.regional_conf({}).get("spark.python.unix.domain.socket.enabled") == "true"
     chosen = session.regional_conf({"spark.python.unix.domain.socket.enabled": "false"})
     assert "spark.python.unix.domain.socket.enabled" not in chosen  # the builder's own value stays
+
+
+def test_register_says_what_a_session_without_the_socket_setting_costs(caplog):
+    from types import SimpleNamespace
+
+    from regional.spark import session
+
+    def spark_with(conf):
+        return SimpleNamespace(sparkContext=SimpleNamespace(getConf=lambda: SimpleNamespace(get=conf.get)))
+
+    session._check_python_sockets(spark_with({}))
+    assert "spark.python.unix.domain.socket.enabled is not set" in caplog.text and "about 40 ms" in caplog.text
+    caplog.clear()
+    session._check_python_sockets(spark_with({"spark.python.unix.domain.socket.enabled": "false"}))
+    assert caplog.text == ""  # the user chose

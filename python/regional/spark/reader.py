@@ -34,7 +34,7 @@ from regional.protocol.settings import Settings, parse_optional_int, resolve_set
 from regional.spark.offset_log import latest_logged_epoch
 from regional.spark.status_publisher import PUBLISHER, enabled
 from regional.spark.task_files import TIMED_BATCH_ROWS, ReadReceipt, SinkWatch, TaskFiles, TaskKey
-from regional.spark.worker_gc import freeze_imports
+from regional.spark.worker_process import freeze_imports
 from regional.storage import open_storage
 from regional.store import EpochRecord, RegionState, Standing, Store
 from regional.store.model import OUTAGE_BACKOFF_MAX_S

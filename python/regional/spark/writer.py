@@ -34,7 +34,7 @@ from regional.protocol.settings import conf_settings, given_settings, parse_bool
 from regional.spark.offset_log import read_plan
 from regional.spark.status_publisher import PUBLISHER
 from regional.spark.task_files import TaskFiles, TaskKey
-from regional.spark.worker_gc import freeze_imports
+from regional.spark.worker_process import freeze_imports, quiet_after_cut_input
 from regional.storage import open_storage
 from regional.store import Store
 from regional.targets import dead_letter_place, dead_letter_target, load_target
@@ -92,6 +92,7 @@ class SliceGuard:
                 self.violation = str(exc)
                 return  # the target stages nothing more; the driver fails the query with this message
             except BaseException as exc:
+                quiet_after_cut_input()  # the task fails; its real error is another operator's
                 self.error = _Upstream(exc)
                 raise self.error from None
             yield batch if self.keep else batch.drop_columns(list(SOURCE_COLUMNS))
