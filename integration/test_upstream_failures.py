@@ -172,9 +172,11 @@ def test_a_quarantined_region_prints_regional_lines_not_stack_traces(tmp_path):
     from integration.conftest import ROOT
 
     result = subprocess.run([sys.executable, "-m", "integration.poison_child", str(tmp_path)], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output[-3000:]
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    # What the query printed while it ran. At spark.stop(), pyspark's daemon may print a BrokenPipeError for an
+    # idle worker it closes over a Unix domain socket (regional's sessions use them: README, "configure").
+    output = result.stdout.split("child done: c is quarantined\n")[0]
     assert "child done: c is quarantined" in result.stdout
     assert "region 'c' quarantined at attempt 2" in output
     for noise in ("Traceback", "\tat ", "Exception", "Aborting task"):
