@@ -74,15 +74,26 @@ def test_on_a_spark_line_without_a_shim_or_delta_build_the_session_gets_neither_
     assert "still work (they write with delta-rs)" in caplog.text
 
 
-def test_the_session_talks_to_python_workers_over_unix_sockets_unless_the_user_chose():
-    from regional.spark import session
+def test_unix_sockets_are_turned_on_only_where_they_work_and_never_over_the_users_choice(monkeypatch):
+    from regional.spark.session import unix_sockets_default
 
-    assert session.regional_conf({}).get("spark.python.unix.domain.socket.enabled") == "true"
-    chosen = session.regional_conf({"spark.python.unix.domain.socket.enabled": "false"})
-    assert "spark.python.unix.domain.socket.enabled" not in chosen  # the builder's own value stays
+    monkeypatch.delenv("PYSPARK_UDS_MODE", raising=False)
+    assert unix_sockets_default({"spark.master": "local[2,4]"})
+    assert unix_sockets_default({}, master="local[*]")  # the Connect server's spark-submit --master
+    assert not unix_sockets_default({"spark.master": "yarn"})  # executors' temp directories are their own
+    assert not unix_sockets_default({"spark.master": "spark://h:7077"})
+    assert not unix_sockets_default({})  # spark-submit gives the master: unknown here
+    assert not unix_sockets_default({"spark.master": "local[2]", "spark.python.unix.domain.socket.enabled": "false"})
+    long_dir = "/" + "d" * 64  # 65 characters: every worker would fail with "AF_UNIX path too long"
+    assert not unix_sockets_default({"spark.master": "local[2]", "spark.python.unix.domain.socket.dir": long_dir})
+    assert not unix_sockets_default({"spark.master": "local[2]",
+                                     "spark.driver.extraJavaOptions": f"-Xss4m -Djava.io.tmpdir={long_dir}"})
+    assert unix_sockets_default({"spark.master": "local[2]", "spark.python.unix.domain.socket.dir": long_dir[:64]})
+    monkeypatch.setenv("PYSPARK_UDS_MODE", "false")  # pyspark's own switch
+    assert not unix_sockets_default({"spark.master": "local[2]"})
 
 
-def test_register_says_what_a_session_without_the_socket_setting_costs(caplog):
+def test_register_says_what_a_session_without_the_socket_setting_costs(caplog, monkeypatch):
     from types import SimpleNamespace
 
     from regional.spark import session
@@ -90,6 +101,7 @@ def test_register_says_what_a_session_without_the_socket_setting_costs(caplog):
     def spark_with(conf):
         return SimpleNamespace(sparkContext=SimpleNamespace(getConf=lambda: SimpleNamespace(get=conf.get)))
 
+    monkeypatch.delenv("PYSPARK_UDS_MODE", raising=False)
     session._check_python_sockets(spark_with({}))
     assert "spark.python.unix.domain.socket.enabled is not set" in caplog.text and "about 40 ms" in caplog.text
     caplog.clear()

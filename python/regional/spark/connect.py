@@ -34,7 +34,7 @@ def server_command(master: str = "local[*]", host: str = "127.0.0.1", port: int 
 
     given = {"spark.connect.grpc.binding.address": host, "spark.connect.grpc.binding.port": str(port),
              **(conf or {})}
-    merged = {**given, **regional_conf(given)}
+    merged = {**given, **regional_conf(given, master)}
     command = [str(spark_home() / "bin" / "spark-submit"), "--master", master, "--class", SERVER_CLASS,
                "--name", "Spark Connect server (regional)"]
     for key, value in merged.items():

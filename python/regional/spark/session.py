@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -37,6 +38,10 @@ EXIT_DRAIN_MS = 10_000
 # stalled about 40 ms there: the JVM's small write after the command waits (Nagle) for an ACK the worker
 # delays (delayed ACK). Over Unix domain sockets a task of 200 rows went from ~50 to ~10 ms (issue 31).
 PYTHON_UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
+PYTHON_SOCKET_DIR = "spark.python.unix.domain.socket.dir"
+# A socket's path is at most 107 bytes and Spark names it <dir>/.<uuid>.sock (43 more): a longer directory fails
+# every Python worker ("AF_UNIX path too long"). YARN's container temp directories are longer.
+SOCKET_DIR_ROOM = 64
 
 _listeners: dict[int, RegionalListener] = {}  # one per SparkSession
 _shims: dict[int, shim.ShimState] = {}
@@ -219,11 +224,28 @@ def _check_python(spark: SparkSession) -> None:
 
 
 def _check_python_sockets(spark: SparkSession) -> None:
-    """A session built without ``configure`` talks to its Python workers over loopback TCP: say what it costs."""
-    if spark.sparkContext.getConf().get(PYTHON_UNIX_SOCKETS) is None:
+    """A session on loopback TCP to its Python workers (``configure`` left it so, or built without it): say
+    what it costs and when the alternative works. A value the user set, either way, is their choice."""
+    if spark.sparkContext.getConf().get(PYTHON_UNIX_SOCKETS) is None and not os.environ.get("PYSPARK_UDS_MODE"):
         log.warning("regional: %s is not set, so each task of a regional source or sink waits about 40 ms on "
-                    "Spark's loopback TCP to its Python workers; set it to true when the session starts "
-                    "(regional.configure(builder) does)", PYTHON_UNIX_SOCKETS)
+                    "Spark's loopback TCP to its Python workers. Set it to true when the session starts if every "
+                    "machine's socket directory (%s, else java.io.tmpdir) is at most %d characters (YARN's are "
+                    "longer), or to false to keep TCP; configure() sets it for local[...] masters", PYTHON_UNIX_SOCKETS,
+                    PYTHON_SOCKET_DIR,
+                    SOCKET_DIR_ROOM)
+
+
+def unix_sockets_default(options: Mapping[str, str], master: str | None = None) -> bool:
+    """Whether ``configure`` turns Unix domain sockets on: only where it can see that they work, a local master
+    whose socket directory is short enough, and never over the user's own choice (the key, or pyspark's
+    ``PYSPARK_UDS_MODE``). A cluster's executors use their own temp directories, so there ``register`` advises."""
+    if PYTHON_UNIX_SOCKETS in options or os.environ.get("PYSPARK_UDS_MODE") or not hasattr(socket, "AF_UNIX"):
+        return False
+    if not (master or options.get("spark.master", "")).startswith("local"):
+        return False
+    java_options = re.search(r"-Djava\.io\.tmpdir=(\S+)", options.get("spark.driver.extraJavaOptions", ""))
+    directory = options.get(PYTHON_SOCKET_DIR) or (java_options.group(1) if java_options else "/tmp")
+    return len(directory.rstrip("/")) <= SOCKET_DIR_ROOM
 
 
 def _which(program: str) -> str:
@@ -288,10 +310,11 @@ def configure(builder: SparkSession.Builder) -> SparkSession.Builder:
     return builder
 
 
-def regional_conf(given: Mapping[str, str] | None = None) -> dict[str, str]:
+def regional_conf(given: Mapping[str, str] | None = None, master: str | None = None) -> dict[str, str]:
     """The conf regional needs in a session, or in a Spark Connect server, merged into ``given``: the JVM shim
     jar and its extension next to any others, Delta Lake (jars resolved once and cached, so sessions start
-    without Ivy's resolution log), and quiet logging unless ``given`` sets its own."""
+    without Ivy's resolution log), quiet logging unless ``given`` sets its own, and Unix domain sockets to the
+    Python workers where ``unix_sockets_default`` says (``master``: when ``given`` has no ``spark.master``)."""
     import pyspark
 
     options = dict(given or {})
@@ -312,7 +335,7 @@ def regional_conf(given: Mapping[str, str] | None = None) -> dict[str, str]:
                                           shim_conf.get("spark.sql.extensions", "")),
            "spark.jars": joined("spark.jars", shim_conf.get("spark.jars", ""), *(delta_jars() if with_delta else ()))}
     out = {key: value for key, value in out.items() if value}
-    if PYTHON_UNIX_SOCKETS not in options:
+    if unix_sockets_default(options, master):
         out[PYTHON_UNIX_SOCKETS] = "true"
     if with_delta and "spark.sql.catalog.spark_catalog" not in options:
         out["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
