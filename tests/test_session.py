@@ -78,17 +78,39 @@ def test_unix_sockets_are_turned_on_only_where_they_work_and_never_over_the_user
     from regional.spark.session import unix_sockets_default
 
     monkeypatch.delenv("PYSPARK_UDS_MODE", raising=False)
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     assert unix_sockets_default({"spark.master": "local[2,4]"})
     assert unix_sockets_default({}, master="local[*]")  # the Connect server's spark-submit --master
     assert not unix_sockets_default({"spark.master": "yarn"})  # executors' temp directories are their own
     assert not unix_sockets_default({"spark.master": "spark://h:7077"})
     assert not unix_sockets_default({})  # spark-submit gives the master: unknown here
     assert not unix_sockets_default({"spark.master": "local[2]", "spark.python.unix.domain.socket.enabled": "false"})
-    long_dir = "/" + "d" * 64  # 65 characters: every worker would fail with "AF_UNIX path too long"
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS", raising=False)
+    monkeypatch.setenv("SPARK_CONF_DIR", "/nonexistent-regional-test")
+    for var in ("JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS", "_JAVA_OPTIONS"):
+        monkeypatch.delenv(var, raising=False)
+    assert unix_sockets_default({"spark.remote": "local[2]"})  # a Connect server this process starts
+    assert not unix_sockets_default({"spark.master": "local-cluster[2,1,1024]"})
+    long_dir = "/" + "d" * 61  # 62 bytes: Spark refuses it
     assert not unix_sockets_default({"spark.master": "local[2]", "spark.python.unix.domain.socket.dir": long_dir})
     assert not unix_sockets_default({"spark.master": "local[2]",
                                      "spark.driver.extraJavaOptions": f"-Xss4m -Djava.io.tmpdir={long_dir}"})
-    assert unix_sockets_default({"spark.master": "local[2]", "spark.python.unix.domain.socket.dir": long_dir[:64]})
+    assert unix_sockets_default({"spark.master": "local[2]", "spark.python.unix.domain.socket.dir": long_dir[:61]})
+    assert not unix_sockets_default({"spark.master": "local[2]",  # counted in bytes: 31 characters, 62 bytes
+                                     "spark.python.unix.domain.socket.dir": "/" + "é" * 30 + "d"})
+    two_flags = f"-Djava.io.tmpdir=/tmp -Djava.io.tmpdir='{long_dir}'"  # the last is the JVM's
+    assert not unix_sockets_default({"spark.master": "local[2]", "spark.driver.extraJavaOptions": two_flags})
+    assert not unix_sockets_default({"spark.master": "local[2]",
+                                     "spark.driver.defaultJavaOptions": f"-Djava.io.tmpdir={long_dir}"})
+    monkeypatch.setenv("_JAVA_OPTIONS", f"-Djava.io.tmpdir={long_dir}")
+    assert not unix_sockets_default({"spark.master": "local[2]"})
+    monkeypatch.delenv("_JAVA_OPTIONS")
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", "--conf spark.python.unix.domain.socket.enabled=false pyspark-shell")
+    assert not unix_sockets_default({"spark.master": "local[2]"})
+    monkeypatch.delenv("PYSPARK_SUBMIT_ARGS")
+    monkeypatch.setenv("PYSPARK_GATEWAY_PORT", "41234")  # under spark-submit: its --conf may say false
+    assert not unix_sockets_default({"spark.master": "local[2]"})
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT")
     monkeypatch.setenv("PYSPARK_UDS_MODE", "false")  # pyspark's own switch
     assert not unix_sockets_default({"spark.master": "local[2]"})
 

@@ -32,3 +32,9 @@ def test_regional_gc_freeze_off_leaves_the_collector_alone(freezes, monkeypatch)
     monkeypatch.setenv("REGIONAL_GC_FREEZE", "off")
     worker_process.freeze_imports()
     assert freezes == []
+
+
+def test_a_cut_input_outside_a_spark_task_leaves_stderr_alone():
+    before = sys.stderr
+    worker_process.quiet_after_cut_input()  # no TaskContext: a driver, a test
+    assert sys.stderr is before

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -39,9 +40,10 @@ EXIT_DRAIN_MS = 10_000
 # delays (delayed ACK). Over Unix domain sockets a task of 200 rows went from ~50 to ~10 ms (issue 31).
 PYTHON_UNIX_SOCKETS = "spark.python.unix.domain.socket.enabled"
 PYTHON_SOCKET_DIR = "spark.python.unix.domain.socket.dir"
-# A socket's path is at most 107 bytes and Spark names it <dir>/.<uuid>.sock (43 more): a longer directory fails
-# every Python worker ("AF_UNIX path too long"). YARN's container temp directories are longer.
-SOCKET_DIR_ROOM = 64
+# A socket's path is at most 107 bytes and Spark names it <dir>/.<uuid>.sock; Spark refuses a socket directory of
+# more than 61 bytes, and a longer java.io.tmpdir fails every Python worker ("AF_UNIX path too long"). YARN's
+# container temp directories are longer.
+SOCKET_DIR_ROOM = 61
 
 _listeners: dict[int, RegionalListener] = {}  # one per SparkSession
 _shims: dict[int, shim.ShimState] = {}
@@ -229,23 +231,62 @@ def _check_python_sockets(spark: SparkSession) -> None:
     if spark.sparkContext.getConf().get(PYTHON_UNIX_SOCKETS) is None and not os.environ.get("PYSPARK_UDS_MODE"):
         log.warning("regional: %s is not set, so each task of a regional source or sink waits about 40 ms on "
                     "Spark's loopback TCP to its Python workers. Set it to true when the session starts if every "
-                    "machine's socket directory (%s, else java.io.tmpdir) is at most %d characters (YARN's are "
-                    "longer), or to false to keep TCP; configure() sets it for local[...] masters", PYTHON_UNIX_SOCKETS,
+                    "machine's socket directory (%s, else java.io.tmpdir) is at most %d bytes (YARN's are "
+                    "longer), or to false to keep TCP; configure() sets it when the builder names a local[...] master",
+                    PYTHON_UNIX_SOCKETS,
                     PYTHON_SOCKET_DIR,
                     SOCKET_DIR_ROOM)
 
 
 def unix_sockets_default(options: Mapping[str, str], master: str | None = None) -> bool:
     """Whether ``configure`` turns Unix domain sockets on: only where it can see that they work, a local master
-    whose socket directory is short enough, and never over the user's own choice (the key, or pyspark's
-    ``PYSPARK_UDS_MODE``). A cluster's executors use their own temp directories, so there ``register`` advises."""
+    whose socket directory is short enough, and never over the user's own choice (the key, pyspark's
+    ``PYSPARK_UDS_MODE``, anything spark-submit or ``PYSPARK_SUBMIT_ARGS`` was given, spark-defaults.conf). A
+    cluster's executors use their own temp directories, so there ``register`` advises."""
     if PYTHON_UNIX_SOCKETS in options or os.environ.get("PYSPARK_UDS_MODE") or not hasattr(socket, "AF_UNIX"):
         return False
-    if not (master or options.get("spark.master", "")).startswith("local"):
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # under spark-submit: its --conf and spark-defaults.conf rule, and
+        return False  # a builder's value would override them
+    if PYTHON_UNIX_SOCKETS in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or PYTHON_UNIX_SOCKETS in _spark_defaults():
         return False
-    java_options = re.search(r"-Djava\.io\.tmpdir=(\S+)", options.get("spark.driver.extraJavaOptions", ""))
-    directory = options.get(PYTHON_SOCKET_DIR) or (java_options.group(1) if java_options else "/tmp")
-    return len(directory.rstrip("/")) <= SOCKET_DIR_ROOM
+    master = master or options.get("spark.master") or _local_remote(options) or ""
+    if not (master == "local" or master.startswith("local[")):  # not local-cluster[...]: executors of their own
+        return False
+    directory = options.get(PYTHON_SOCKET_DIR) or _java_tmpdir(options)
+    return len(os.fsencode(directory.rstrip("/"))) <= SOCKET_DIR_ROOM
+
+
+def _local_remote(options: Mapping[str, str]) -> str | None:
+    """``remote("local[2]")``: a Spark Connect server this process starts, on that master."""
+    remote = options.get("spark.remote", "")
+    return remote if remote.startswith("local") else None
+
+
+def _spark_defaults() -> str:
+    """spark-defaults.conf's text, where spark-submit would read it (empty if none)."""
+    conf_dir = os.environ.get("SPARK_CONF_DIR") or os.path.join(os.environ.get("SPARK_HOME", ""), "conf")
+    path = os.path.join(conf_dir, "spark-defaults.conf")
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def _java_tmpdir(options: Mapping[str, str]) -> str:
+    """The driver JVM's java.io.tmpdir: the last -Djava.io.tmpdir among its options, as the JVM takes it."""
+    found = "/tmp"
+    for text in (os.environ.get("JAVA_TOOL_OPTIONS", ""), options.get("spark.driver.defaultJavaOptions", ""),
+                 options.get("spark.driver.extraJavaOptions", ""), os.environ.get("JDK_JAVA_OPTIONS", ""),
+                 os.environ.get("_JAVA_OPTIONS", "")):
+        try:
+            words = shlex.split(text)
+        except ValueError:
+            return "/" + "?" * SOCKET_DIR_ROOM  # unreadable: assume too long
+        for word in words:
+            if word.startswith("-Djava.io.tmpdir="):
+                found = word.split("=", 1)[1]
+    return found
 
 
 def _which(program: str) -> str:

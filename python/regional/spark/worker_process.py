@@ -37,5 +37,14 @@ def freeze_imports() -> None:
 
 
 def quiet_after_cut_input() -> None:
-    """Called when a sink task's input failed: this worker exits once pyspark has reported the error."""
+    """Called when a sink task's input failed: this worker exits once pyspark has reported the error. Only in a
+    Spark task's worker (elsewhere, a driver or a test, nothing changes); the file descriptor too, since pyspark
+    puts its saved ``sys.stderr`` back when its worker logging captures a task's output."""
+    from pyspark import TaskContext
+
+    if TaskContext.get() is None:
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
     sys.stderr = open(os.devnull, "w", encoding="utf-8")
