@@ -232,10 +232,8 @@ def _check_python_sockets(spark: SparkSession) -> None:
         log.warning("regional: %s is not set, so each task of a regional source or sink waits about 40 ms on "
                     "Spark's loopback TCP to its Python workers. Set it to true when the session starts if every "
                     "machine's socket directory (%s, else java.io.tmpdir) is at most %d bytes (YARN's are "
-                    "longer), or to false to keep TCP; configure() sets it when the builder names a local[...] master",
-                    PYTHON_UNIX_SOCKETS,
-                    PYTHON_SOCKET_DIR,
-                    SOCKET_DIR_ROOM)
+                    "longer), or to false to keep TCP; configure() sets it when the builder names a local[...] "
+                    "master", PYTHON_UNIX_SOCKETS, PYTHON_SOCKET_DIR, SOCKET_DIR_ROOM)
 
 
 def unix_sockets_default(options: Mapping[str, str], master: str | None = None) -> bool:

@@ -11,7 +11,7 @@ first tasks), a bounded cost. ``REGIONAL_GC_FREEZE=off`` turns it off (the bench
 
 **A cut input.** When another operator of the task fails (a UDF raises), Spark fails the task and closes this
 worker's socket; the sink's input ends early, the worker reports an error nobody reads and exits. Over a Unix
-domain socket (regional's sessions use them) that last write fails at once and pyspark's daemon prints a
+domain socket (regional's local sessions use them) that last write fails at once and pyspark's daemon prints a
 ``BrokenPipeError`` traceback for every such task; over TCP the write was buffered and nothing was printed.
 The failure that matters is the other operator's, which Spark reports, so the exiting worker prints nothing more.
 """
