@@ -102,6 +102,8 @@ def test_unix_sockets_are_turned_on_only_where_they_work_and_never_over_the_user
     assert not unix_sockets_default({"spark.master": "local[2]", "spark.driver.extraJavaOptions": two_flags})
     assert not unix_sockets_default({"spark.master": "local[2]",
                                      "spark.driver.defaultJavaOptions": f"-Djava.io.tmpdir={long_dir}"})
+    assert not unix_sockets_default({"spark.master": "local[2]",  # unreadable options: the directory is unknown
+                                     "spark.driver.extraJavaOptions": "-Djava.io.tmpdir='/tmp"})
     monkeypatch.setenv("_JAVA_OPTIONS", f"-Djava.io.tmpdir={long_dir}")
     assert not unix_sockets_default({"spark.master": "local[2]"})
     monkeypatch.delenv("_JAVA_OPTIONS")

@@ -24,7 +24,6 @@ import atexit
 import bisect
 import json
 import logging
-import os
 import re
 import threading
 import time
@@ -39,6 +38,7 @@ from regional.errors import RegionalConfigError, RegionalDataLossError, Regional
 from regional.inputs.base import BATCH_ROWS, AcknowledgingInput, RegionInput, RetainedInput, StoredInput
 from regional.protocol.settings import parse_bool, parse_int
 from regional.store.model import EpochRecord
+from regional.switches import switched_on
 
 if TYPE_CHECKING:
     from regional.store import Store
@@ -543,8 +543,7 @@ class ConsumerPool:
     def __init__(self, limit: int = 4) -> None:
         self._idle: list[tuple[str, Any]] = []  # (key, consumer), least recently used first
         self._lock = threading.Lock()
-        off = os.environ.get("REGIONAL_KAFKA_POOL", "").strip().lower() in ("off", "false", "0", "no")
-        self._limit = 0 if off else limit
+        self._limit = limit if switched_on("REGIONAL_KAFKA_POOL") else 0
         self.created = 0  # consumers this process created (tests read it)
 
     @staticmethod

@@ -251,7 +251,7 @@ def unix_sockets_default(options: Mapping[str, str], master: str | None = None) 
     if not (master == "local" or master.startswith("local[")):  # not local-cluster[...]: executors of their own
         return False
     directory = options.get(PYTHON_SOCKET_DIR) or _java_tmpdir(options)
-    return len(os.fsencode(directory.rstrip("/"))) <= SOCKET_DIR_ROOM
+    return directory is not None and len(os.fsencode(directory.rstrip("/"))) <= SOCKET_DIR_ROOM
 
 
 def _local_remote(options: Mapping[str, str]) -> str | None:
@@ -271,8 +271,9 @@ def _spark_defaults() -> str:
         return ""
 
 
-def _java_tmpdir(options: Mapping[str, str]) -> str:
-    """The driver JVM's java.io.tmpdir: the last -Djava.io.tmpdir among its options, as the JVM takes it."""
+def _java_tmpdir(options: Mapping[str, str]) -> str | None:
+    """The driver JVM's java.io.tmpdir: the last -Djava.io.tmpdir among its options, as the JVM takes it; None
+    when the options cannot be read."""
     found = "/tmp"
     for text in (os.environ.get("JAVA_TOOL_OPTIONS", ""), options.get("spark.driver.defaultJavaOptions", ""),
                  options.get("spark.driver.extraJavaOptions", ""), os.environ.get("JDK_JAVA_OPTIONS", ""),
@@ -280,7 +281,7 @@ def _java_tmpdir(options: Mapping[str, str]) -> str:
         try:
             words = shlex.split(text)
         except ValueError:
-            return "/" + "?" * SOCKET_DIR_ROOM  # unreadable: assume too long
+            return None
         for word in words:
             if word.startswith("-Djava.io.tmpdir="):
                 found = word.split("=", 1)[1]

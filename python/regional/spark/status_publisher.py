@@ -18,15 +18,14 @@ import time
 
 from regional.store import Store
 from regional.store.status import SNAPSHOT_EPOCHS, snapshot, status
+from regional.switches import switched_on
 
 log = logging.getLogger("regional")
 
 INTERVAL_ENV = "REGIONAL_STATUS_INTERVAL_S"
-OFF = ("off", "false", "0", "no")
-
 
 def enabled() -> bool:
-    return os.environ.get("REGIONAL_STATUS", "on").strip().lower() not in OFF
+    return switched_on("REGIONAL_STATUS")
 
 
 def write_snapshot(checkpoint: str) -> None:

@@ -22,6 +22,8 @@ import gc
 import os
 import sys
 
+from regional.switches import switched_on
+
 _modules_at_last_freeze = 0
 
 
@@ -32,7 +34,7 @@ def freeze_imports() -> None:
     if modules == _modules_at_last_freeze:
         return
     _modules_at_last_freeze = modules
-    if os.environ.get("REGIONAL_GC_FREEZE", "on").strip().lower() not in ("off", "false", "0", "no"):
+    if switched_on("REGIONAL_GC_FREEZE"):
         gc.freeze()
 
 
