@@ -9,10 +9,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -41,29 +44,68 @@ class NullTarget(Target):
         pass
 
 
-def driver_work(work: Path, regions: int, epochs: int = 11) -> dict[str, list[float]]:
+class DeltaRsClock:
+    """Time spent inside delta-rs's own calls (bring the table up to date, read the app transaction, commit):
+    the part of the Delta publish that is delta-rs's, not regional's."""
+
+    CALLS = ("update_incremental", "transaction_version", "create_write_transaction")
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[None]:
+        from deltalake import DeltaTable
+
+        originals = {name: getattr(DeltaTable, name) for name in self.CALLS}
+
+        def timed(call: Callable[..., Any]) -> Callable[..., Any]:
+            def run(*args: Any, **kwargs: Any) -> Any:
+                began = time.perf_counter()
+                try:
+                    return call(*args, **kwargs)
+                finally:
+                    self.seconds += time.perf_counter() - began
+            return run
+
+        for name, call in originals.items():
+            setattr(DeltaTable, name, timed(call))
+        try:
+            yield
+        finally:
+            for name, call in originals.items():
+                setattr(DeltaTable, name, call)
+
+
+def driver_work(work: Path, regions: int, epochs: int = 11, active: int | None = None) -> dict[str, list[float]]:
     """Seconds per epoch (after the first, which creates the store's files and the table) of plan, decide +
-    record (a target that publishes nothing), and the same with one Delta transaction publishing every region's
-    staged file."""
+    record (a target that publishes nothing), and the same with one Delta transaction publishing every staged
+    file, and of that, delta-rs's own calls. Every region has new data each epoch, or ``active`` of them."""
     names = [f"region-{i:05d}" for i in range(regions)]
-    timings: dict[str, list[float]] = {"plan": [], "decide+record": [], "with Delta publish": []}
+    timings: dict[str, list[float]] = {"plan": [], "decide+record": [], "with Delta publish": [], "delta-rs": []}
     batch = pa.record_batch({"value": pa.array(["x"] * 10)})
     for target_name in ("null", "delta"):
         store = Store(Path(tempfile.mkdtemp(dir=work)) / "ck")
         query_id = store.open_query()
         target = NullTarget() if target_name == "null" else load_target(
-            {"target": "delta", "path": str(work / f"table-{regions}"), "queryid": query_id})
+            {"target": "delta", "path": str(Path(tempfile.mkdtemp(dir=work)) / "table"), "queryid": query_id})
+        ends = dict.fromkeys(names, 0)
         for epoch in range(epochs):
+            moving = names if active is None or epoch == 0 else [
+                names[(epoch * active + k) % regions] for k in range(active)]
+            for name in moving:
+                ends[name] += 10
             began = time.perf_counter()
-            plan = plan_epoch(epoch, query_id, str(store.checkpoint), store.region_states(),
-                              dict.fromkeys(names, (epoch + 1) * 10), Settings())
+            plan = plan_epoch(epoch, query_id, str(store.checkpoint), store.region_states(), dict(ends), Settings())
             planned = time.perf_counter()
             handles = {rr.region: None if target_name == "null" else target.prepare(epoch, rr.region, iter([batch]))
                        for rr in plan.regions}
             reports = [TaskOutcome(i, 0, Outcome.WRITTEN, query_id, rr.region, rr.start, rr.end, 10, rr.start,
                                    rr.end - 1, handles[rr.region]) for i, rr in enumerate(plan.regions)]
+            clock = DeltaRsClock()
             staged = time.perf_counter()
-            commit_epoch(plan, reports, store, target)
+            with clock.counting():
+                commit_epoch(plan, reports, store, target)
             done = time.perf_counter()
             if epoch:  # epoch 0 also creates the store's files and the table
                 if target_name == "null":
@@ -71,6 +113,7 @@ def driver_work(work: Path, regions: int, epochs: int = 11) -> dict[str, list[fl
                     timings["decide+record"].append(done - staged)
                 else:
                     timings["with Delta publish"].append(done - staged)
+                    timings["delta-rs"].append(clock.seconds)
     timings["plan + decide + record"] = [a + b for a, b in zip(timings["plan"], timings["decide+record"],
                                                                  strict=True)]
     timings["plan + decide + record + Delta publish"] = [a + b for a, b in zip(
@@ -132,10 +175,11 @@ def epoch_latency(spark, work: Path, known: int, epochs: int = 6) -> tuple[float
 
 def run(spark, work: Path, mode: Mode) -> list[Row]:
     driver = {n: driver_work(work, n) for n in mode.scale_regions}
+    worst = max(mode.scale_regions)
+    few = driver_work(work, worst, active=ACTIVE)
     sizes = store_sizes(work, mode)
     small, _ = epoch_latency(spark, work, 16)
     large, footprint = epoch_latency(spark, work, mode.known_regions)
-    worst = max(mode.scale_regions)
     med = {n: {k: statistics.median(v) for k, v in t.items()} for n, t in driver.items()}
     driver_ms = med[worst]["plan + decide + record + Delta publish"]
     latency_ratio = large / small
@@ -153,7 +197,12 @@ def run(spark, work: Path, mode: Mode) -> list[Row]:
              f"spread at {worst:,} regions, ms per epoch min/median/max over 10 epochs: plan + decide + record "
              + spread([v * 1000 for v in driver[worst]['plan + decide + record']])
              + "; with the Delta publish of every region's file "
-             + spread([v * 1000 for v in driver[worst]['plan + decide + record + Delta publish']]),
+             + spread([v * 1000 for v in driver[worst]['plan + decide + record + Delta publish']])
+             + f"; of that, delta-rs's own calls (update the table, read the app transaction, commit "
+             f"{worst:,} files) " + spread([v * 1000 for v in driver[worst]['delta-rs']]),
+             f"{worst:,} regions, {ACTIVE} with new data per epoch, ms per epoch min/median/max: plan + decide + "
+             "record + Delta publish " + spread([v * 1000 for v in few['plan + decide + record + Delta publish']])
+             + "; of that, delta-rs " + spread([v * 1000 for v in few['delta-rs']]),
              "store size with retainEpochs=100 after " + ", ".join(f"{e} epochs: {s / 1024:.0f} KiB"
                                                                   for e, s in sizes)
              + (" (bounded)" if bounded else " (GROWING)")]),

@@ -413,3 +413,66 @@ def test_a_pickled_input_carries_no_manifest_and_no_store(inp, ck):
     task = pickle.loads(pickle.dumps(s))
     assert task._manifest is None and task._store is None
     assert len(pickle.dumps(s)) < 2000
+
+
+# -- a listing's new files are read in parallel ----------------------------------------------------------------
+
+
+def test_a_listings_new_files_are_fingerprinted_on_several_threads_and_each_once(inp, ck, monkeypatch):
+    """Their SHA-256 and line count are most of a listing's work, done before the epoch can be planned."""
+    import threading
+
+    read: list[tuple[str, int]] = []
+    fingerprint = files._fingerprint_or_none
+
+    def counted(path):
+        read.append((f"{path.parent.name}/{path.name}", threading.get_ident()))
+        return fingerprint(path)
+
+    monkeypatch.setattr(files, "_fingerprint_or_none", counted)
+    monkeypatch.setattr(files, "FINGERPRINT_THREADS", 4)
+    for region in ("a", "b", "c", "d"):
+        for i in range(3):
+            put(inp, region, f"{i}.txt", values(f"{region}{i}", 1000))
+    s = source(inp, ck)
+    assert s.available(0) == dict.fromkeys("abcd", 3000)
+    assert sorted(name for name, _thread in read) == sorted(f"{r}/{i}.txt" for r in "abcd" for i in range(3))
+    assert len({thread for _name, thread in read}) > 1
+    read.clear()
+    assert s.available(1) == dict.fromkeys("abcd", 3000) and read == []  # known files are not read again
+
+
+def test_parallel_fingerprints_leave_the_manifest_a_sequential_listing_would(inp, tmp_path, monkeypatch):
+    """New files, an empty one, one without a final newline, a hard link and a rename of a known file, a touched
+    one: with one thread and with eight, the same offsets, the same files, the same warnings."""
+    def layout(root):
+        put(root, "a", "1", values("one", 5))
+        put(root, "b", "x", values("x", 2))
+        return root
+
+    def changes(root):
+        put(root, "a", "2", values("two", 7))
+        (root / "a" / "3").write_bytes(b"")
+        (root / "a" / "4").write_bytes(b"no final newline\nlast")
+        os.link(root / "a" / "1", root / "a" / "1-link")
+        os.rename(root / "b" / "x", root / "b" / "y")
+        os.utime(root / "a" / "2", ns=(1, 1))
+        put(root, "c", "only", values("c", 3))
+
+    manifests = []
+    for threads in (1, 8):
+        monkeypatch.setattr(files, "FINGERPRINT_THREADS", threads)
+        root, store = layout(tmp_path / f"in-{threads}"), tmp_path / f"ck-{threads}"
+        s = source(root, store)
+        first = s.available(0)
+        changes(root)
+        second = s.available(1)
+        manifests.append((first, second, {r: [(f.name, f.first_offset, f.lines, f.size, f.digest)
+                                               for f in rf.files.values()] for r, rf in s.manifest().items()}))
+    assert manifests[0] == manifests[1]
+    assert manifests[1][1] == {"a": 14, "b": 2, "c": 3}  # 5 + 7 + 0 + 2; the link and the rename add nothing
+
+
+def test_newlines_counts_as_bytes_count_does():
+    for data in (b"", b"a", b"\n", b"a\nb\n", b"\n" * (files.COUNT_SLICE + 3), os.urandom(3 * files.COUNT_SLICE + 7)):
+        assert files.newlines(data) == data.count(b"\n")

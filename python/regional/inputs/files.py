@@ -65,6 +65,7 @@ import logging
 import os
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,6 +90,11 @@ SCHEMA = pa.schema([("region", pa.string()), ("offset", pa.int64()), ("value", p
 SCHEMA_DDL = "region STRING, offset BIGINT, value STRING"
 SOURCE_LOG = "files"
 READ_CHUNK = 8 << 20
+NEWLINE = ord("\n")
+COUNT_SLICE = 1 << 20
+# Driver threads that fingerprint a listing's new files (SHA-256 and lines; both release the GIL), each holding
+# one READ_CHUNK: CPU work, so no more than the cores.
+FINGERPRINT_THREADS = min(8, os.cpu_count() or 1)
 DIGEST_CHARS = 32  # 128 bits of SHA-256: identity, not security
 
 
@@ -471,6 +477,21 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
                 yield batch_of(region, span.first_offset + chunk, lines.slice(chunk, chunk_end - chunk))
 
 
+@dataclass
+class _LocalListing:
+    """One region directory as a listing found it: its visible files, and the fingerprints read for it."""
+
+    directory: Path
+    files: dict[str, os.stat_result]
+    fingerprints: dict[str, Fingerprint | None] = field(default_factory=dict)
+
+    def fingerprint(self, name: str) -> Fingerprint | None:
+        """The file's fingerprint as read for this listing (``LocalFiles._fingerprint_new``), or read now."""
+        if name in self.fingerprints:
+            return self.fingerprints.pop(name)  # read once per listing, as before: a second look reads again
+        return _fingerprint_or_none(self.directory / name)
+
+
 class LocalFiles(FilesInput):
     """The files source on a local (or mounted) file system: a file's identity is its inode, so a rename
     (``mv``) is recognised and a copy is new input."""
@@ -503,18 +524,46 @@ class LocalFiles(FilesInput):
             found.append(region)
         return sorted(found)
 
-    def _list(self) -> dict[str, dict[str, os.stat_result]]:
+    def _list(self) -> dict[str, _LocalListing]:
         listing = {}
         for region in self.regions():
             try:
-                listing[region] = _visible_files(self.root / region)
+                listing[region] = _LocalListing(self.root / region, _visible_files(self.root / region))
             except (FileNotFoundError, NotADirectoryError):
                 continue  # the directory vanished since the listing of regions
+        self._fingerprint_new(listing)
         return listing
 
-    def _scan(self, region: str, listing: dict[str, os.stat_result], known: RegionFiles,
+    def _fingerprint_new(self, listing: dict[str, _LocalListing]) -> None:
+        """Read, in parallel, every listed file that ``_scan`` will fingerprint: new to the manifest, or not as it
+        saw it (size, inode, modification time). Reading a file is most of a listing's work (its SHA-256 and its
+        lines), and a new file's lines must be counted before its epoch is planned, while the executors wait.
+        A file that is another name of a known one (a hard link, a rename) is left to ``_scan``, which may never
+        need its bytes."""
+        manifest = self.manifest()
+        wanted: list[tuple[_LocalListing, str]] = []
+        for region, found in listing.items():
+            known = manifest.get(region) or RegionFiles()
+            identities = {(span.inode, span.size) for span in known.files.values()}
+            for name, st in found.files.items():
+                seq = known.names.get(name)
+                span = known.files[seq] if seq is not None else None
+                if span is not None and (st.st_size, st.st_ino, st.st_mtime_ns) == (span.size, span.inode,
+                                                                                     span.mtime_ns):
+                    continue
+                if span is None and (st.st_ino, st.st_size) in identities:
+                    continue
+                wanted.append((found, name))
+        if len(wanted) < 2:
+            return  # ``_scan`` reads the one file itself
+        with ThreadPoolExecutor(min(FINGERPRINT_THREADS, len(wanted))) as pool:
+            prints = list(pool.map(lambda ln: _fingerprint_or_none(ln[0].directory / ln[1]), wanted))
+        for (found, name), fp in zip(wanted, prints, strict=True):
+            found.fingerprints[name] = fp
+
+    def _scan(self, region: str, listed: _LocalListing, known: RegionFiles,
               committed: Callable[[str], int]) -> RegionChange:
-        directory = self.root / region
+        directory, listing = listed.directory, listed.files
         change = RegionChange(known.end, known.next_seq)
         where: dict[tuple[int, int], str] = {}  # (inode, size) -> listed name; built when first needed
         inodes: set[tuple[int, int]] = set()  # (inode, size) of every known file; the same
@@ -538,7 +587,7 @@ class LocalFiles(FilesInput):
                 continue
             if st.st_size != span.size:
                 raise file_changed(region, span, f"{span.size} bytes when first seen, {st.st_size} now")
-            fp = _fingerprint_or_none(directory / name)
+            fp = listed.fingerprint(name)
             if fp is None:
                 continue  # gone while looked at: missing, or found under its new name below
             if fp.digest != span.digest:
@@ -570,7 +619,7 @@ class LocalFiles(FilesInput):
         missing = {seq: s for seq, s in known.files.items() if seq not in live}
         renamed: set[int] = set()
         for name in new_names:
-            fp = _fingerprint_or_none(directory / name)
+            fp = listed.fingerprint(name)
             if fp is None:
                 continue  # gone while looked at: the next listing sees it, or not
             found = self._match_missing(region, name, fp, missing, renamed, committed, directory)
@@ -704,7 +753,7 @@ def _fingerprint_or_none(path: Path) -> Fingerprint | None:
         with open(path, "rb") as f:
             while chunk := f.read(READ_CHUNK):
                 h.update(chunk)
-                lines += chunk.count(b"\n")
+                lines += newlines(chunk)
                 size += len(chunk)
                 last = chunk[-1:]
             st = os.fstat(f.fileno())
@@ -716,6 +765,13 @@ def _fingerprint_or_none(path: Path) -> Fingerprint | None:
             "now): a visible file must never change. Write each file under a name starting with '.' or '_' and "
             "rename it when it is complete")
     return Fingerprint(size, lines + (last != b"\n"), st.st_ino, st.st_mtime_ns, short_digest(h))
+
+
+def newlines(chunk: bytes) -> int:
+    """``chunk.count(b"\\n")``, as fast, without holding the GIL (numpy's comparison releases it), so that the
+    threads fingerprinting files count lines at once while hashing. By slices: the comparison's mask stays small."""
+    data = np.frombuffer(chunk, np.uint8)
+    return sum(int(np.count_nonzero(data[i:i + COUNT_SLICE] == NEWLINE)) for i in range(0, len(data), COUNT_SLICE))
 
 
 def _prefix_digest(path: Path, size: int) -> str | None:

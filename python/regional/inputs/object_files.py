@@ -68,6 +68,7 @@ from regional.inputs.files import (
     RegionFiles,
     file_changed,
     is_hidden,
+    newlines,
     short_digest,
 )
 from regional.location import Location
@@ -198,7 +199,7 @@ class ObjectFiles(FilesInput):
         last = b"\n"
         for chunk in chunks:
             h.update(chunk)
-            lines += chunk.count(b"\n")
+            lines += newlines(chunk)
             size += len(chunk)
             last = chunk[-1:] or last
         return _Content(size, lines + (last != b"\n"), short_digest(h), info.etag)
