@@ -476,3 +476,21 @@ def test_parallel_fingerprints_leave_the_manifest_a_sequential_listing_would(inp
 def test_newlines_counts_as_bytes_count_does():
     for data in (b"", b"a", b"\n", b"a\nb\n", b"\n" * (files.COUNT_SLICE + 3), os.urandom(3 * files.COUNT_SLICE + 7)):
         assert files.newlines(data) == data.count(b"\n")
+
+
+def test_lines_are_pythons_utf8_decoding_split_at_newlines_with_undecodable_bytes_replaced():
+    """A task splits a file's bytes in Arrow without a Python string in between: the same lines as Python's."""
+    import random
+
+    def spec(data: bytes) -> list[str]:  # Python's reading of a text file, line by line, as Spark's text source
+        text = data.decode("utf-8", errors="replace")
+        return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if data else []
+
+    rng = random.Random(45)
+    cases = [b"", b"\n", b"a", b"\r\n", b"a\r\nb\n\r\nc", b"\xff\n", b"x\xffy\nz", b"\xed\xa0\x80\n",  # a surrogate
+             b"\xc0\xaf\n", "é\n€\n𝄞".encode(), b"\xef\xbb\xbfbom\n", b"a\x00b\n", b"\n\n"]
+    cases += [bytes(rng.choice(b"ab\n\r\xc3\xa9\xff\xed\xa0\x80 ") for _ in range(rng.randint(0, 40)))
+              for _ in range(3000)]
+    for data in cases:
+        lines = files._lines(data)
+        assert lines.type == files.SCHEMA.field("value").type and lines.to_pylist() == spec(data), data

@@ -802,12 +802,29 @@ def _count_lines(data: bytes) -> int:
 
 
 def _lines(data: bytes) -> pa.Array:
-    """The file's lines as a string array; ``\\n`` or ``\\r\\n`` ends a line, as in Spark's text source."""
+    """The file's lines as a string array; ``\\n`` or ``\\r\\n`` ends a line, as in Spark's text source. Bytes that
+    are not UTF-8 become U+FFFD, as Python's ``errors="replace"`` makes them."""
     if not data:
         return pa.array([], pa.string())
-    text = data.decode("utf-8", errors="replace")
-    if text.endswith("\n"):
-        text = text[:-1]
-    lines = pc.list_flatten(pc.split_pattern(pa.array([text], pa.string()), "\n"))
+    end = len(data) - 1 if data.endswith(b"\n") else len(data)
+    text = _utf8_as_arrow(data, end)
+    if text is None:  # not UTF-8 (or 2 GiB and more): Python's decoder replaces what it cannot read
+        text = pa.array([data[:end].decode("utf-8", errors="replace")], pa.string())
+    lines = pc.list_flatten(pc.split_pattern(text, "\n"))
     # The regex costs a third of the function: only files with a carriage return need it.
-    return pc.replace_substring_regex(lines, r"\r$", "") if "\r" in text else lines
+    return pc.replace_substring_regex(lines, r"\r$", "") if b"\r" in data else lines
+
+
+def _utf8_as_arrow(data: bytes, end: int) -> pa.Array | None:
+    """``data[:end]`` as a one-string Arrow array over the same memory; None unless it is valid UTF-8. Decoding
+    a file into a Python string and copying that into Arrow took a task longer than splitting it into lines.
+    Arrow's check refuses what Python's strict UTF-8 decoder refuses (surrogates, overlong forms)."""
+    if end >= 2**31:
+        return None
+    offsets = pa.py_buffer(np.array([0, end], np.int32).tobytes())
+    text = pa.StringArray.from_buffers(1, offsets, pa.py_buffer(data))
+    try:
+        text.validate(full=True)
+    except pa.ArrowInvalid:
+        return None
+    return text
