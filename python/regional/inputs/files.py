@@ -808,7 +808,8 @@ def _lines(data: bytes) -> pa.Array:
         return pa.array([], pa.string())
     end = len(data) - 1 if data.endswith(b"\n") else len(data)
     text = _utf8_as_arrow(data, end)
-    if text is None:  # not UTF-8 (or 2 GiB and more): Python's decoder replaces what it cannot read
+    if text is None:  # not UTF-8: Python's decoder replaces what it cannot read. (2 GiB and more: no Arrow string
+        # array holds it, and this raises ArrowCapacityError, as before; the region falls back and is retried.)
         text = pa.array([data[:end].decode("utf-8", errors="replace")], pa.string())
     lines = pc.list_flatten(pc.split_pattern(text, "\n"))
     # The regex costs a third of the function: only files with a carriage return need it.
@@ -816,9 +817,10 @@ def _lines(data: bytes) -> pa.Array:
 
 
 def _utf8_as_arrow(data: bytes, end: int) -> pa.Array | None:
-    """``data[:end]`` as a one-string Arrow array over the same memory; None unless it is valid UTF-8. Decoding
-    a file into a Python string and copying that into Arrow took a task longer than splitting it into lines.
-    Arrow's check refuses what Python's strict UTF-8 decoder refuses (surrogates, overlong forms)."""
+    """``data[:end]`` as a one-string Arrow array over the same memory; None unless it is valid UTF-8 and fits one
+    string (under 2 GiB). Decoding a file into a Python string and copying that into Arrow took a task longer than
+    splitting it into lines. Arrow's check refuses what Python's strict UTF-8 decoder refuses (surrogates,
+    overlong forms)."""
     if end >= 2**31:
         return None
     offsets = pa.py_buffer(np.array([0, end], np.int32).tobytes())
