@@ -431,6 +431,7 @@ def test_a_listings_new_files_are_fingerprinted_on_several_threads_and_each_once
 
     monkeypatch.setattr(files, "_fingerprint_or_none", counted)
     monkeypatch.setattr(files, "FINGERPRINT_THREADS", 4)
+    monkeypatch.setattr(files, "PARALLEL_FINGERPRINT_BYTES", 0)  # these files are small
     for region in ("a", "b", "c", "d"):
         for i in range(3):
             put(inp, region, f"{i}.txt", values(f"{region}{i}", 1000))
@@ -460,6 +461,7 @@ def test_parallel_fingerprints_leave_the_manifest_a_sequential_listing_would(inp
         put(root, "c", "only", values("c", 3))
 
     manifests = []
+    monkeypatch.setattr(files, "PARALLEL_FINGERPRINT_BYTES", 0)
     for threads in (1, 8):
         monkeypatch.setattr(files, "FINGERPRINT_THREADS", threads)
         root, store = layout(tmp_path / f"in-{threads}"), tmp_path / f"ck-{threads}"
@@ -494,3 +496,54 @@ def test_lines_are_pythons_utf8_decoding_split_at_newlines_with_undecodable_byte
     for data in cases:
         lines = files._lines(data)
         assert lines.type == files.SCHEMA.field("value").type and lines.to_pylist() == spec(data), data
+
+
+def test_a_file_the_parallel_read_cannot_read_fails_the_listing_as_before_in_its_order(inp, ck, monkeypatch):
+    """A read that fails in the listing's threads is left to the scan, which fails as a sequential listing did:
+    here a known file that grew is named, not the unreadable new one."""
+    fingerprint = files._fingerprint_or_none
+
+    def unreadable(path):
+        if path.name == "new-2":
+            raise PermissionError(13, "Permission denied", str(path))
+        return fingerprint(path)
+
+    monkeypatch.setattr(files, "PARALLEL_FINGERPRINT_BYTES", 0)
+    put(inp, "r", "k", values("k", 3))
+    s = source(inp, ck)
+    s.available(0)
+    with open(inp / "r" / "k", "a") as f:
+        f.write("appended\n")
+    put(inp, "r", "new-1", ["one"])
+    put(inp, "r", "new-2", ["two"])
+    monkeypatch.setattr(files, "_fingerprint_or_none", unreadable)
+    with pytest.raises(RegionalConfigError, match=r"file 'k' of region 'r' changed .*offsets \[0, 3\)"):
+        s.available(1)
+
+
+def test_a_processed_file_renamed_twice_across_two_listings_is_never_read_again(inp, ck, monkeypatch):
+    """Each time renamed between a listing and the look at its content: a listing that saw a file vanish marks
+    nothing missing, so the file is found again under its last name, not taken for a new one."""
+    put(inp, "r", "x", ["b1", "b2", "b3"])
+    put(inp, "r", "o", ["o"])
+    s = source(inp, ck)
+    assert s.available(0) == {"r": 4}
+    commit(ck, 0, {"r": 4})
+    listed = files.LocalFiles._list
+    moves = iter([("x", "y"), ("y", "z"), ("z", "w"), ("w", "v")])
+
+    def renamed_around_the_listing(self):
+        before, after = next(moves)
+        os.rename(inp / "r" / before, inp / "r" / after)
+        listing = listed(self)
+        before, after = next(moves)
+        os.rename(inp / "r" / before, inp / "r" / after)  # after the listing, before its content is read
+        return listing
+
+    monkeypatch.setattr(files.LocalFiles, "_list", renamed_around_the_listing)
+    assert s.available(1) == {"r": 4}
+    assert s.available(2) == {"r": 4}
+    monkeypatch.setattr(files.LocalFiles, "_list", listed)
+    assert s.available(3) == {"r": 4}  # v is x: not 7 (its three lines again)
+    assert sorted((f.name, f.first_offset, f.gone) for f in s.manifest()["r"].files.values()) == [
+        ("o", 0, False), ("v", 1, False)]

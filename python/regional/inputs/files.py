@@ -93,8 +93,9 @@ READ_CHUNK = 8 << 20
 NEWLINE = ord("\n")
 COUNT_SLICE = 1 << 20
 # Driver threads that fingerprint a listing's new files (SHA-256 and lines; both release the GIL), each holding
-# one READ_CHUNK: CPU work, so no more than the cores.
-FINGERPRINT_THREADS = min(8, os.cpu_count() or 1)
+# one READ_CHUNK: CPU work, so no more than the cores; and only when the new files hold this much.
+FINGERPRINT_THREADS = min(4, os.cpu_count() or 1)
+PARALLEL_FINGERPRINT_BYTES = 4 << 20
 DIGEST_CHARS = 32  # 128 bits of SHA-256: identity, not security
 
 
@@ -535,36 +536,45 @@ class LocalFiles(FilesInput):
         return listing
 
     def _fingerprint_new(self, listing: dict[str, _LocalListing]) -> None:
-        """Read, in parallel, every listed file that ``_scan`` will fingerprint: new to the manifest, or not as it
-        saw it (size, inode, modification time). Reading a file is most of a listing's work (its SHA-256 and its
-        lines), and a new file's lines must be counted before its epoch is planned, while the executors wait.
-        A file that is another name of a known one (a hard link, a rename) is left to ``_scan``, which may never
-        need its bytes."""
+        """Read, in parallel, the listed files that ``_scan`` will fingerprint: new to the manifest, or not as it
+        saw them (another inode, or the same size with another modification time). Reading them is most of a
+        listing's work (their SHA-256 and lines), done before the epoch is planned, while the executors wait.
+        Left to ``_scan``: another name of a known file (a hard link or a rename, whose bytes it may not need), a
+        known file that grew (it fails without being read), and a read that failed here (``_scan`` reads again and
+        fails in its own order, naming what it names)."""
         manifest = self.manifest()
-        wanted: list[tuple[_LocalListing, str]] = []
+        wanted: list[tuple[_LocalListing, str, int]] = []
         for region, found in listing.items():
             known = manifest.get(region) or RegionFiles()
             identities = {(span.inode, span.size) for span in known.files.values()}
             for name, st in found.files.items():
                 seq = known.names.get(name)
-                span = known.files[seq] if seq is not None else None
-                if span is not None and (st.st_size, st.st_ino, st.st_mtime_ns) == (span.size, span.inode,
-                                                                                     span.mtime_ns):
+                if seq is None:
+                    if (st.st_ino, st.st_size) not in identities:
+                        wanted.append((found, name, st.st_size))
                     continue
-                if span is None and (st.st_ino, st.st_size) in identities:
-                    continue
-                wanted.append((found, name))
-        if len(wanted) < 2:
-            return  # ``_scan`` reads the one file itself
-        with ThreadPoolExecutor(min(FINGERPRINT_THREADS, len(wanted))) as pool:
-            prints = list(pool.map(lambda ln: _fingerprint_or_none(ln[0].directory / ln[1]), wanted))
-        for (found, name), fp in zip(wanted, prints, strict=True):
-            found.fingerprints[name] = fp
+                span = known.files[seq]
+                if st.st_ino != span.inode or (st.st_size == span.size and st.st_mtime_ns != span.mtime_ns):
+                    wanted.append((found, name, st.st_size))
+        if len(wanted) < 2 or sum(size for _f, _n, size in wanted) < PARALLEL_FINGERPRINT_BYTES:
+            return  # little to read: ``_scan`` reads it, without threads to start
+        # One task per thread, the files dealt out largest first: a task per file cost more than a small file.
+        shares: list[list[tuple[_LocalListing, str, int]]] = [[] for _ in range(min(FINGERPRINT_THREADS,
+                                                                                   len(wanted)))]
+        for item in sorted(wanted, key=lambda w: -w[2]):
+            min(shares, key=lambda share: sum(size for _f, _n, size in share)).append(item)
+        try:
+            with ThreadPoolExecutor(len(shares)) as pool:
+                for future in [pool.submit(_fingerprint_share, share) for share in shares]:
+                    future.result()
+        except RuntimeError:  # no new threads (the interpreter is shutting down): ``_scan`` reads them itself
+            return
 
     def _scan(self, region: str, listed: _LocalListing, known: RegionFiles,
               committed: Callable[[str], int]) -> RegionChange:
         directory, listing = listed.directory, listed.files
         change = RegionChange(known.end, known.next_seq)
+        vanished = False  # a listed file that was gone when its content was looked at
         where: dict[tuple[int, int], str] = {}  # (inode, size) -> listed name; built when first needed
         inodes: set[tuple[int, int]] = set()  # (inode, size) of every known file; the same
         live: set[int] = set()  # known files still under their names
@@ -589,6 +599,7 @@ class LocalFiles(FilesInput):
                 raise file_changed(region, span, f"{span.size} bytes when first seen, {st.st_size} now")
             fp = listed.fingerprint(name)
             if fp is None:
+                vanished = True
                 continue  # gone while looked at: missing, or found under its new name below
             if fp.digest != span.digest:
                 raise file_changed(region, span, "same size, other content")
@@ -621,6 +632,7 @@ class LocalFiles(FilesInput):
         for name in new_names:
             fp = listed.fingerprint(name)
             if fp is None:
+                vanished = True
                 continue  # gone while looked at: the next listing sees it, or not
             found = self._match_missing(region, name, fp, missing, renamed, committed, directory)
             if found is not None:
@@ -628,7 +640,11 @@ class LocalFiles(FilesInput):
                 change.put.append(replace(found, name=name, inode=fp.inode, mtime_ns=fp.mtime_ns, gone=False))
                 continue
             change.add_file(name, fp.lines, fp.size, fp.digest, fp.inode, fp.mtime_ns)
-        self._missing_all(region, [s for seq, s in missing.items() if seq not in renamed], change, committed)
+        if not vanished:
+            self._missing_all(region, [s for seq, s in missing.items() if seq not in renamed], change, committed)
+        # else a file went between the listing and the look at its content: a rename in flight, perhaps of a
+        # missing file, whose new name this listing could not see. Nothing is marked missing or dropped from such a
+        # listing (a processed file renamed twice across two listings was dropped, then read again as new).
         return change
 
     def _match_missing(self, region: str, name: str, fp: Fingerprint, missing: Mapping[int, FileSpan],
@@ -767,9 +783,20 @@ def _fingerprint_or_none(path: Path) -> Fingerprint | None:
     return Fingerprint(size, lines + (last != b"\n"), st.st_ino, st.st_mtime_ns, short_digest(h))
 
 
+def _fingerprint_share(share: list[tuple[_LocalListing, str, int]]) -> None:
+    """One thread's files of ``LocalFiles._fingerprint_new``; a file it cannot read is left for ``_scan``."""
+    for found, name, _size in share:
+        try:
+            found.fingerprints[name] = _fingerprint_or_none(found.directory / name)
+        except Exception:  # _scan reads it again, and raises what a listing raised before, in its order
+            continue
+
+
 def newlines(chunk: bytes) -> int:
     """``chunk.count(b"\\n")``, as fast, without holding the GIL (numpy's comparison releases it), so that the
     threads fingerprinting files count lines at once while hashing. By slices: the comparison's mask stays small."""
+    if len(chunk) < COUNT_SLICE and isinstance(chunk, bytes):
+        return chunk.count(b"\n")  # a small file: numpy's call costs more than the count
     data = np.frombuffer(chunk, np.uint8)
     return sum(int(np.count_nonzero(data[i:i + COUNT_SLICE] == NEWLINE)) for i in range(0, len(data), COUNT_SLICE))
 
