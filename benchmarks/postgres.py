@@ -172,13 +172,17 @@ WHERE = (
     "the PostgreSQL target is not the gap: over the 16 tasks of a run its sink spent 1.8 s waiting for the next "
     "batch from Spark, 0.36 s in COPY writes, 0.06 s encoding CSV and 0.04 s in PREPARE. Binary COPY or a second "
     "thread would shave the 0.4 s the target has, not the rest; larger Arrow batches (50,000 rows on both sides) "
-    "changed nothing. Since 2026-11-26 the Python workers freeze what their imports made (pyspark's gc.collect() "
-    "after each task had walked ~55,000 objects) and talk to Spark over Unix domain sockets: their CPU per million "
-    "rows went from 0.81 to 0.43 s and the ratio inside the batches from 0.82x to 0.97x. What is left is the "
-    "start-up before the first batch (the row above), most of it pyspark's streaming source runner, a new Python "
-    "process per query that imports pyspark from `pyspark.zip` (py-spy: 0.5 s compiling modules zipimport cannot "
-    "cache, 0.2 s re-reading the zip's index in `invalidate_caches`, which pyspark's `setup_spark_files` calls); "
-    "Spark puts that zip first on every Python worker's path, so regional cannot shorten it.")
+    "changed nothing. On 2026-11-26 the Python workers began to freeze what their imports made (pyspark's "
+    "gc.collect() after each task had walked ~55,000 objects) and to talk to Spark over Unix domain sockets (the "
+    "ratio inside the batches went from 0.82x to 0.97x); then source=files began to split a file into lines in "
+    "Arrow (a task had spent more time decoding the file into a Python string and copying it into Arrow) and the "
+    "driver to read a listing's new files on several threads: inside the batches regional is now ahead. What is "
+    "left is the start-up before the first batch (the row above), most of it pyspark's streaming source runner, a "
+    "new Python process per query that imports pyspark from `pyspark.zip` (0.6-0.7 s by timestamps in the runner; "
+    "py-spy: 0.5 s compiling modules zipimport cannot cache, 0.2 s re-reading the zip's index in "
+    "`invalidate_caches`, which pyspark's `setup_spark_files` calls); Spark starts that process and puts that zip "
+    "first on its path, so regional cannot shorten it. A longer run pays it once: the ratio over the whole run "
+    "moves toward the one inside the batches.")
 
 
 def main(argv: list[str] | None = None) -> int:
