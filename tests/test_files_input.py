@@ -547,3 +547,35 @@ def test_a_processed_file_renamed_twice_across_two_listings_is_never_read_again(
     assert s.available(3) == {"r": 4}  # v is x: not 7 (its three lines again)
     assert sorted((f.name, f.first_offset, f.gone) for f in s.manifest()["r"].files.values()) == [
         ("o", 0, False), ("v", 1, False)]
+
+
+def test_a_listing_that_crosses_a_log_rotation_lists_the_region_again_and_a_replaced_file_still_fails(
+        inp, ck, monkeypatch):
+    """``mv app.log app.log.1`` and a new ``app.log`` while the directory is read: the listing can see the new
+    app.log and miss app.log.1. That looked like app.log replaced (the query failed); the region is listed again."""
+    put(inp, "r", "app.log", values("day1", 3))
+    s = source(inp, ck)
+    assert s.available(0) == {"r": 3}
+    commit(ck, 0, {"r": 3})
+    os.rename(inp / "r" / "app.log", inp / "r" / "app.log.1")
+    put(inp, "r", "app.log", values("day2", 5))
+    visible = files._visible_files
+    raced = []
+
+    def half_seen(directory):
+        found = visible(directory)
+        if not raced:  # the first listing missed the moved file
+            raced.append(directory)
+            found.pop("app.log.1")
+        return found
+
+    monkeypatch.setattr(files, "_visible_files", half_seen)
+    assert s.available(1) == {"r": 8}
+    assert sorted((f.name, f.first_offset, f.lines) for f in s.manifest()["r"].files.values()) == [
+        ("app.log", 3, 5), ("app.log.1", 0, 3)]
+    assert read_all(s, "r", 3, 8) == list(zip(range(3, 8), values("day2", 5), strict=True))
+    commit(ck, 1, {"r": 8})
+    os.remove(inp / "r" / "app.log")  # replaced for real: a new file under a known name, the old one gone
+    put(inp, "r", "app.log", values("other", 4))
+    with pytest.raises(RegionalConfigError, match=r"file 'app.log' of region 'r' changed"):
+        s.available(2)

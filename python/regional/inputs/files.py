@@ -478,6 +478,10 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
                 yield batch_of(region, span.first_offset + chunk, lines.slice(chunk, chunk_end - chunk))
 
 
+class _ListingRaced(Exception):
+    """``LocalFiles._scan_listing``: this listing may have crossed a rotation; list the region again."""
+
+
 @dataclass
 class _LocalListing:
     """One region directory as a listing found it: its visible files, and the fingerprints read for it."""
@@ -572,6 +576,20 @@ class LocalFiles(FilesInput):
 
     def _scan(self, region: str, listed: _LocalListing, known: RegionFiles,
               committed: Callable[[str], int]) -> RegionChange:
+        try:
+            return self._scan_listing(region, listed, known, committed, relisted=False)
+        except _ListingRaced:
+            # A known name holds another inode and the known inode is nowhere in the listing: a file moved away and
+            # a new one took its name (log rotation) while the directory was read, and the listing saw the new
+            # file but not the moved one. Or the file was replaced: a second listing tells them apart.
+            try:
+                fresh = _LocalListing(listed.directory, _visible_files(listed.directory))
+            except FileNotFoundError:
+                fresh = _LocalListing(listed.directory, {})
+            return self._scan_listing(region, fresh, known, committed, relisted=True)
+
+    def _scan_listing(self, region: str, listed: _LocalListing, known: RegionFiles,
+                      committed: Callable[[str], int], relisted: bool) -> RegionChange:
         directory, listing = listed.directory, listed.files
         change = RegionChange(known.end, known.next_seq)
         vanished = False  # a listed file that was gone when its content was looked at
@@ -596,12 +614,16 @@ class LocalFiles(FilesInput):
                 reused.add(name)
                 continue
             if st.st_size != span.size:
+                if st.st_ino != span.inode and not relisted:
+                    raise _ListingRaced
                 raise file_changed(region, span, f"{span.size} bytes when first seen, {st.st_size} now")
             fp = listed.fingerprint(name)
             if fp is None:
                 vanished = True
                 continue  # gone while looked at: missing, or found under its new name below
             if fp.digest != span.digest:
+                if fp.inode != span.inode and not relisted:
+                    raise _ListingRaced
                 raise file_changed(region, span, "same size, other content")
             live.add(seq)
             change.put.append(replace(span, inode=fp.inode, mtime_ns=fp.mtime_ns))  # touched, or a byte-equal copy
