@@ -583,10 +583,10 @@ class LocalFiles(FilesInput):
             # a new one took its name (log rotation) while the directory was read, and the listing saw the new
             # file but not the moved one. Or the file was replaced: a second listing tells them apart.
             try:
-                fresh = _LocalListing(listed.directory, _visible_files(listed.directory))
-            except FileNotFoundError:
-                fresh = _LocalListing(listed.directory, {})
-            return self._scan_listing(region, fresh, known, committed, relisted=True)
+                again = _LocalListing(listed.directory, _visible_files(listed.directory))
+            except FileNotFoundError:  # the directory went meanwhile: decide on the first listing, as before
+                again = listed
+            return self._scan_listing(region, again, known, committed, relisted=True)
 
     def _scan_listing(self, region: str, listed: _LocalListing, known: RegionFiles,
                       committed: Callable[[str], int], relisted: bool) -> RegionChange:
