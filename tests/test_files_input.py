@@ -424,8 +424,14 @@ def test_a_listings_new_files_are_fingerprinted_on_several_threads_and_each_once
 
     read: list[tuple[str, int]] = []
     fingerprint = files._fingerprint_or_none
+    threads: set[int] = set()
+    overlapped = threading.Event()
 
     def counted(path):
+        threads.add(threading.get_ident())
+        if len(threads) > 1:
+            overlapped.set()
+        overlapped.wait(10)  # the first reader waits for a second thread: reads on one thread would time out here
         read.append((f"{path.parent.name}/{path.name}", threading.get_ident()))
         return fingerprint(path)
 
@@ -579,3 +585,25 @@ def test_a_listing_that_crosses_a_log_rotation_lists_the_region_again_and_a_repl
     put(inp, "r", "app.log", values("other", 4))
     with pytest.raises(RegionalConfigError, match=r"file 'app.log' of region 'r' changed"):
         s.available(2)
+
+
+def test_a_replaced_file_still_fails_when_its_directory_goes_before_the_second_listing(inp, ck, monkeypatch):
+    """The second listing cannot be made: the first one's finding (app.log replaced) stands."""
+    put(inp, "r", "app.log", values("a", 3))
+    s = source(inp, ck)
+    s.available(0)
+    commit(ck, 0, {"r": 3})
+    put(inp, "r", "app.log", values("b", 3))  # renamed over it: same size, other content, another inode
+    assert (inp / "r" / "app.log").stat().st_ino != s.manifest()["r"].files[0].inode
+    visible = files._visible_files
+    calls = []
+
+    def then_gone(directory):
+        calls.append(directory)
+        if len(calls) > 1 and directory.name == "r":  # the region directory goes before the second listing
+            os.rename(directory, directory.parent / ".moved-away")
+        return visible(directory)
+
+    monkeypatch.setattr(files, "_visible_files", then_gone)
+    with pytest.raises(RegionalConfigError, match=r"file 'app.log' of region 'r' changed .*same size, other content"):
+        s.available(1)

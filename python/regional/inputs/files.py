@@ -479,7 +479,12 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
 
 
 class _ListingRaced(Exception):
-    """``LocalFiles._scan_listing``: this listing may have crossed a rotation; list the region again."""
+    """``LocalFiles._scan_listing``: this listing may have crossed a rotation; list the region again. ``changed``:
+    the error the listing found, raised if the second listing cannot be made."""
+
+    def __init__(self, changed: RegionalConfigError) -> None:
+        super().__init__(str(changed))
+        self.changed = changed
 
 
 @dataclass
@@ -578,14 +583,14 @@ class LocalFiles(FilesInput):
               committed: Callable[[str], int]) -> RegionChange:
         try:
             return self._scan_listing(region, listed, known, committed, relisted=False)
-        except _ListingRaced:
+        except _ListingRaced as raced:
             # A known name holds another inode and the known inode is nowhere in the listing: a file moved away and
             # a new one took its name (log rotation) while the directory was read, and the listing saw the new
             # file but not the moved one. Or the file was replaced: a second listing tells them apart.
             try:
                 again = _LocalListing(listed.directory, _visible_files(listed.directory))
-            except FileNotFoundError:  # the directory went meanwhile: decide on the first listing, as before
-                again = listed
+            except (FileNotFoundError, NotADirectoryError):  # the directory went meanwhile: what the first
+                raise raced.changed from None  # listing found stands
             return self._scan_listing(region, again, known, committed, relisted=True)
 
     def _scan_listing(self, region: str, listed: _LocalListing, known: RegionFiles,
@@ -614,17 +619,15 @@ class LocalFiles(FilesInput):
                 reused.add(name)
                 continue
             if st.st_size != span.size:
-                if st.st_ino != span.inode and not relisted:
-                    raise _ListingRaced
-                raise file_changed(region, span, f"{span.size} bytes when first seen, {st.st_size} now")
+                changed = file_changed(region, span, f"{span.size} bytes when first seen, {st.st_size} now")
+                raise _ListingRaced(changed) if st.st_ino != span.inode and not relisted else changed
             fp = listed.fingerprint(name)
             if fp is None:
                 vanished = True
                 continue  # gone while looked at: missing, or found under its new name below
             if fp.digest != span.digest:
-                if fp.inode != span.inode and not relisted:
-                    raise _ListingRaced
-                raise file_changed(region, span, "same size, other content")
+                changed = file_changed(region, span, "same size, other content")
+                raise _ListingRaced(changed) if fp.inode != span.inode and not relisted else changed
             live.add(seq)
             change.put.append(replace(span, inode=fp.inode, mtime_ns=fp.mtime_ns))  # touched, or a byte-equal copy
         new_names = sorted(n for n in listing if n not in known.names or n in reused)
