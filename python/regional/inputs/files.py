@@ -64,7 +64,7 @@ import hashlib
 import logging
 import os
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -570,8 +570,11 @@ class LocalFiles(FilesInput):
         # One task per thread, the files dealt out largest first: a task per file cost more than a small file.
         shares: list[list[tuple[_LocalListing, str, int]]] = [[] for _ in range(min(FINGERPRINT_THREADS,
                                                                                    len(wanted)))]
+        loads = [0] * len(shares)  # bytes dealt to each share so far
         for item in sorted(wanted, key=lambda w: -w[2]):
-            min(shares, key=lambda share: sum(size for _f, _n, size in share)).append(item)
+            lightest = loads.index(min(loads))
+            shares[lightest].append(item)
+            loads[lightest] += item[2]
         try:
             with ThreadPoolExecutor(len(shares)) as pool:
                 for future in [pool.submit(_fingerprint_share, share) for share in shares]:
@@ -787,16 +790,9 @@ def file_changed(region: str, span: FileSpan, how: str) -> RegionalConfigError:
 
 def _fingerprint_or_none(path: Path) -> Fingerprint | None:
     """Size, lines, identity and SHA-256 of a file, read once in chunks; None if it is gone."""
-    h = hashlib.sha256()
-    size = lines = 0
-    last = b"\n"
     try:
         with open(path, "rb") as f:
-            while chunk := f.read(READ_CHUNK):
-                h.update(chunk)
-                lines += newlines(chunk)
-                size += len(chunk)
-                last = chunk[-1:]
+            size, lines, digest = size_lines_digest(iter(lambda: f.read(READ_CHUNK), b""))
             st = os.fstat(f.fileno())
     except FileNotFoundError:
         return None
@@ -805,7 +801,21 @@ def _fingerprint_or_none(path: Path) -> Fingerprint | None:
             f"source=files: file {path} changed while its lines were counted ({size} bytes read, {st.st_size} "
             "now): a visible file must never change. Write each file under a name starting with '.' or '_' and "
             "rename it when it is complete")
-    return Fingerprint(size, lines + (last != b"\n"), st.st_ino, st.st_mtime_ns, short_digest(h))
+    return Fingerprint(size, lines, st.st_ino, st.st_mtime_ns, digest)
+
+
+def size_lines_digest(chunks: Iterable[bytes]) -> tuple[int, int, str]:
+    """A file's size, lines (a last line without a newline counts) and short SHA-256, from its bytes in chunks,
+    read once: on local disk and on object storage alike."""
+    h = hashlib.sha256()
+    size = lines = 0
+    last = b"\n"
+    for chunk in chunks:
+        h.update(chunk)
+        lines += newlines(chunk)
+        size += len(chunk)
+        last = chunk[-1:] or last
+    return size, lines + (last != b"\n"), short_digest(h)
 
 
 def _fingerprint_share(share: list[tuple[_LocalListing, str, int]]) -> None:

@@ -68,8 +68,8 @@ from regional.inputs.files import (
     RegionFiles,
     file_changed,
     is_hidden,
-    newlines,
     short_digest,
+    size_lines_digest,
 )
 from regional.location import Location
 from regional.storage import ObjectInfo, Storage, open_storage
@@ -194,15 +194,8 @@ class ObjectFiles(FilesInput):
         if got is None:
             return None
         info, chunks = got
-        h = hashlib.sha256()
-        size = lines = 0
-        last = b"\n"
-        for chunk in chunks:
-            h.update(chunk)
-            lines += newlines(chunk)
-            size += len(chunk)
-            last = chunk[-1:] or last
-        return _Content(size, lines + (last != b"\n"), short_digest(h), info.etag)
+        size, lines, digest = size_lines_digest(chunks)
+        return _Content(size, lines, digest, info.etag)
 
     def _scan(self, region: str, listing: _RegionListing, known: RegionFiles,
               committed: Callable[[str], int]) -> RegionChange:
