@@ -14,7 +14,15 @@ import pyarrow as pa
 
 from regional.inputs.base import BATCH_ROWS, RegionInput
 from regional.inputs.files import SCHEMA, SCHEMA_DDL, batch_of
+from regional.options import Option, OptionTable
 from regional.protocol.settings import parse_int, parse_optional_int
+
+OPTIONS = OptionTable("source=generator", [
+    Option("regions", "4", "How many regions (ids `g000`, `g001`, ...)."),
+    Option("rowsPerEpoch", "100", "Records that become available per region per epoch."),
+    Option("totalRows", "", "Records per region in all; makes the source bounded."),
+    Option("valueSize", "0", "Pad each value to this many characters."),
+])
 
 
 def create(options: dict[str, str]) -> GeneratorInput:

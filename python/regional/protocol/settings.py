@@ -18,6 +18,7 @@ from typing import Any
 
 from regional.errors import RegionalConfigError
 from regional.location import optional_location_text
+from regional.options import Option, OptionTable
 
 CONF_PREFIX = "spark.regional."
 
@@ -35,6 +36,30 @@ DEFAULTS: dict[str, str] = {
     "deadLetterRetryBackoff": "",
 }
 SETTING_KEYS = {k.lower(): k for k in DEFAULTS}  # lower-cased -> canonical spelling
+
+# The settings as the docs list them; each is also a ``spark.regional.<name>`` conf default, and may be given on
+# readStream or writeStream (docs/design.md, "Settings").
+_MEANINGS = {
+    "enabled": "`true`: regional epochs. `false`: every epoch all-or-nothing, same source, sink and data layout.",
+    "maxConsecutiveFailures": "A region that fell back this many epochs in a row makes the next epoch "
+                              "forced-global; if that fails, it commits nothing, the counters reset, and the query "
+                              "goes on.",
+    "maxFailureRatio": "When the regions that fail in one epoch are a larger share than this of the regions with "
+                       "work, the epoch commits nothing.",
+    "regionTimeout": "A region still working when this time is up is cut: what it finished commits, the rest moves "
+                     "to the next epoch (e.g. `30s`). Empty: no limit.",
+    "regionAttempts": "Task attempts after which a failure upstream of the sink quarantines the region for the "
+                      "epoch; must be below `spark.task.maxFailures`.",
+    "retainEpochs": "Epoch records kept, besides those a fallen-back region still references.",
+    "deadLetterPath": "A Delta table for poison records, isolated to the record; empty: no isolation.",
+    "deadLetterTopic": "A Kafka topic for poison records instead of a table (its producer: `deadLetter.kafka.*`).",
+    "maxDeadLettersPerEpoch": "The dead-letter brake: an epoch that would dead-letter more records fails the query "
+                              "with a clear error.",
+    "deadLetterRetries": "Epochs, beyond the first, in which an isolated record must fail again, with evidence, "
+                         "before it is dead-lettered.",
+    "deadLetterRetryBackoff": "The least time between two of those tries (e.g. `1m`).",
+}
+SETTINGS_OPTIONS = OptionTable("regional's settings", [Option(k, v, _MEANINGS[k]) for k, v in DEFAULTS.items()])
 
 
 @dataclass(frozen=True)

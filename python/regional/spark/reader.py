@@ -21,6 +21,7 @@ from regional.dead_letters import encode_records
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs import load_input
 from regional.inputs.base import AcknowledgingInput, RetainedInput, StoredInput
+from regional.options import SPARK_READ, Option, OptionTable, check_given, declared_by
 from regional.protocol.plan import (
     INITIAL_EPOCH,
     EpochPlan,
@@ -30,7 +31,7 @@ from regional.protocol.plan import (
     plan_epoch,
     retry_due,
 )
-from regional.protocol.settings import Settings, parse_optional_int, resolve_settings
+from regional.protocol.settings import SETTINGS_OPTIONS, Settings, parse_optional_int, resolve_settings
 from regional.spark.offset_log import latest_logged_epoch
 from regional.spark.status_publisher import PUBLISHER, enabled
 from regional.spark.task_files import TIMED_BATCH_ROWS, ReadReceipt, SinkWatch, TaskFiles, TaskKey
@@ -45,6 +46,16 @@ log = logging.getLogger("regional")
 # getDefaultReadLimit's ReadMaxRows when only maxRecordsPerRegion limits reading: no total cap.
 NO_TOTAL_LIMIT = 2**62
 RETRY_WAIT_MAX_S = OUTAGE_BACKOFF_MAX_S  # the longest one plan waits for a retry before it hands Spark an empty epoch
+
+
+# What readStream takes besides its source's own options and regional's settings.
+READ_OPTIONS = OptionTable("the regional source", [
+    Option("source", "required", "`files`, `kafka`, `deadLetters` or `generator`."),
+    Option("checkpointLocation", "", "The query's checkpoint, as on writeStream: needed only without regional's JVM "
+                                     "shim (which hands writeStream's to the source)."),
+    Option("maxRecordsPerRegion", "", "At most this many records per region per epoch (admission control)."),
+    Option("maxRecordsPerTrigger", "", "At most this many records per epoch over all regions."),
+])
 
 
 def trigger_limit(options: Mapping[str, str]) -> int | None:
@@ -82,6 +93,9 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.conf, self.options = dict(conf), dict(options)
         self.store = Store(checkpoint)
         self.input = load_input(options)
+        declared = declared_by(self.input)
+        if declared is not None:  # a typo must not pass for a setting
+            check_given("readStream", options, [declared, READ_OPTIONS, SETTINGS_OPTIONS, SPARK_READ])
         if isinstance(self.input, StoredInput):  # e.g. the files source's manifest of files in arrival order
             self.input.use_store(self.store)
         self.max_per_region = parse_optional_int(options, "maxRecordsPerRegion", minimum=1)

@@ -29,8 +29,9 @@ from regional.errors import RegionalConfigError, RegionalPlanError
 from regional.inputs import load_input
 from regional.inputs.base import AcknowledgingInput, StoredInput
 from regional.location import optional_location_text
+from regional.options import SPARK_WRITE, Option, OptionTable, check_given, declared_by
 from regional.protocol.decide import Outcome, TaskOutcome
-from regional.protocol.settings import conf_settings, given_settings, parse_bool
+from regional.protocol.settings import SETTINGS_OPTIONS, conf_settings, given_settings, parse_bool
 from regional.spark.offset_log import read_plan
 from regional.spark.status_publisher import PUBLISHER
 from regional.spark.task_files import TaskFiles, TaskKey
@@ -38,7 +39,8 @@ from regional.spark.worker_process import freeze_imports, quiet_after_cut_input
 from regional.storage import open_storage
 from regional.store import Store
 from regional.targets import dead_letter_place, dead_letter_target, load_target
-from regional.targets.base import MIXED_REGIONS, QUERY_ID_OPTION, Target, chain_first
+from regional.targets.base import MIXED_REGIONS, QUERY_ID_OPTION, RowsRejected, Target, chain_first
+from regional.targets.kafka_topic import DEAD_LETTER_TOPIC_OPTIONS
 
 log = logging.getLogger("regional")
 
@@ -174,6 +176,13 @@ def check_dead_letter_topic(topic: str, query_id: str, options: Mapping[str, str
     _CHECKED_TOPIC_SINKS.add(key)
 
 
+# What writeStream takes besides its target's own options and regional's settings.
+WRITE_OPTIONS = OptionTable("the regional sink", [
+    Option("target", "required", "`delta`, `postgres` or `python:<module>:<Class>`."),
+    Option("keepRegionColumns", "false", "Write the `region` and `offset` columns to the target too."),
+])
+
+
 class RegionalStreamWriter(DataSourceStreamArrowWriter):
     """Built on the driver for every epoch (and pickled into its tasks)."""
 
@@ -197,6 +206,10 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         self.keep_region_columns = parse_bool(options, "keepRegionColumns", default="false")
         self.target_options = {**{k.lower(): str(v) for k, v in options.items()}, QUERY_ID_OPTION: self.query_id}
         target = load_target(self.target_options)
+        declared = declared_by(target)
+        if declared is not None:  # a typo must not pass for a setting
+            check_given("writeStream", options, [declared, WRITE_OPTIONS, SETTINGS_OPTIONS, DEAD_LETTER_TOPIC_OPTIONS,
+                                                 SPARK_WRITE])
         # readStream's options may set it too: commit checks the resolved value again.
         seen = {**conf_settings(conf), **given_settings(options)}
         check_dead_letter_path(optional_location_text("deadLetterPath", seen.get("deadLetterPath", "")), target)
@@ -257,6 +270,8 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
             failpoints.reach("staged", key.epoch)
         except _Upstream as up:
             raise up.original from None
+        except RowsRejected:
+            raise  # the rows' failure, as a UDF's would be: Spark retries, then the region is quarantined (isolated)
         except Exception as exc:
             if guard.error is not None:
                 raise guard.error.original from None

@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
-from regional.errors import RegionalConfigError
+from regional.errors import RegionalConfigError, RegionalError
 from regional.store.model import EpochRecord
 
 QUERY_ID_OPTION = "queryid"
@@ -34,6 +34,15 @@ QUERY_ID_OPTION = "queryid"
 MIXED_REGIONS = "*"
 
 Handle = TypeVar("Handle")  # what a target's prepare returns for one region: a JSON value
+
+
+class RowsRejected(RegionalError):
+    """Raised by a target's ``prepare`` (in the task) when the rows themselves are refused: a CHECK constraint or
+    NOT NULL column they break, a value the database will not take. That is the rows' failure, not the
+    target's: the sink fails the task with it, as a raising UDF would, so the region is quarantined and, with
+    dead letters on, the refused record is isolated and dead-lettered, never published. Raise it only for a refusal
+    that repeats on every attempt with the same rows (never for a connection lost or a server down: those are the
+    target's failures), and only after removing what this attempt staged."""
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from regional import failpoints
 from regional.dead_letters import decode_records, encode_records
 from regional.errors import RegionalConfigError, RegionalError, RegionalStoreError
 from regional.kafka_group import committed
+from regional.options import Option, OptionTable
 from regional.protocol.settings import parse_int
 from regional.targets.base import EpochReport, Target
 
@@ -74,6 +75,16 @@ REFUSED = {
     "interceptor.classes": "nothing (Java producer interceptors do not exist here)",
 }
 
+# writeStream's options for a dead-letter topic (checked by the sink at start, with the other tables).
+DEAD_LETTER_TOPIC_OPTIONS = OptionTable("the dead-letter topic", [
+    Option("deadLetter.kafka.", "", "Every librdkafka producer setting of the dead-letter topic, by its name "
+                                    "(`deadLetter.kafka.bootstrap.servers` is required with `deadLetterTopic`); "
+                                    "never stored, logged or put into the plan.", prefix=True),
+    Option("deadLetter.topic.partitions", "1", "Partitions of the dead-letter topic when regional creates it."),
+    Option("deadLetter.topic.replicationFactor", "-1", "Its replication factor when regional creates it (-1: the "
+                                                       "brokers' default)."),
+    Option("deadLetter.timeoutMs", "60000", "Each call to the dead-letter topic's brokers, in milliseconds."),
+])
 
 Headers = list[tuple[str, str | bytes | None]]
 

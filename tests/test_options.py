@@ -1,0 +1,43 @@
+"""Every option is declared once; an undeclared or refused one is refused at start, by name."""
+
+from __future__ import annotations
+
+import pytest
+
+from regional.errors import RegionalConfigError
+from regional.inputs import generator
+from regional.options import SPARK_READ, Option, OptionTable, check_given, declared_by, markdown
+from regional.protocol.settings import SETTINGS_OPTIONS
+from regional.spark.reader import READ_OPTIONS
+
+TABLES = [generator.OPTIONS, READ_OPTIONS, SETTINGS_OPTIONS, SPARK_READ]
+
+
+def test_declared_options_pass_whatever_their_case() -> None:
+    check_given("readStream", {"source": "generator", "rowsperepoch": "5", "regionattempts": "2",
+                               "checkpointlocation": "/c", "path": "/p"}, TABLES)
+
+
+def test_a_typo_is_refused_by_name_with_the_nearest_option() -> None:
+    with pytest.raises(RegionalConfigError, match=r"'rowsPerEpohc'.*Did you mean 'rowsPerEpoch'"):
+        check_given("readStream", {"source": "generator", "rowsPerEpohc": "5"}, TABLES)
+
+
+def test_an_unknown_option_is_refused_even_without_a_near_name() -> None:
+    with pytest.raises(RegionalConfigError, match=r"readStream option 'frobnicate' is not an option"):
+        check_given("readStream", {"frobnicate": "1"}, TABLES)
+
+
+def test_a_refused_stock_option_says_why() -> None:
+    table = OptionTable("t", [Option("cleanSource", "off", "m", refused="use X instead", stock=True),
+                              Option("kafka.", "", "consumer settings", prefix=True)])
+    with pytest.raises(RegionalConfigError, match="'cleanSource' is not supported by regional: use X instead"):
+        check_given("readStream", {"cleansource": "delete"}, [table])
+    check_given("readStream", {"kafka.bootstrap.servers": "h:1"}, [table])  # a prefix option
+
+
+def test_declarations_are_found_on_the_instance_module_and_rendered() -> None:
+    assert declared_by(generator.GeneratorInput({})) is generator.OPTIONS
+    assert declared_by(object()) is None
+    text = markdown(generator.OPTIONS)
+    assert "| `rowsPerEpoch` | `100` |" in text
