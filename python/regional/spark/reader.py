@@ -55,6 +55,7 @@ READ_OPTIONS = OptionTable("the regional source", [
                                      "shim (which hands writeStream's to the source)."),
     Option("maxRecordsPerRegion", "", "At most this many records per region per epoch (admission control)."),
     Option("maxRecordsPerTrigger", "", "At most this many records per epoch over all regions."),
+    Option("maxOffsetsPerTrigger", "", "`maxRecordsPerTrigger` under Kafka's name (offsets, counted as records)."),
 ])
 
 
