@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from regional.coordinator import commit_epoch
-from regional.errors import RegionalConfigError, RegionalStoreError
+from regional.errors import NEW_QUERY, RegionalConfigError, RegionalStoreError
 from regional.protocol.plan import plan_epoch
 from regional.protocol.settings import Settings
 from regional.spark.reader import RegionalStreamReader
@@ -106,8 +106,9 @@ def test_epochs_without_a_query_id_are_a_damaged_store_not_a_new_query(tmp_path)
     store.open_query()
     store.write_record(record(0, {"a": RegionState(5, 0)}))
     (tmp_path / "regional" / "query.json").unlink()
-    with pytest.raises(RegionalStoreError, match=r"no query\.json"):
+    with pytest.raises(RegionalStoreError, match=r"no query\.json") as error:
         store.open_query()
+    assert NEW_QUERY in str(error.value)  # never "a new checkpoint" alone: that publishes every record again
 
 
 def test_a_torn_temporary_file_is_ignored(tmp_path):
@@ -223,6 +224,8 @@ def test_damaged_store_files_are_clear_errors_naming_the_file_and_publish_nothin
         use(store, target)
     assert str(path) in str(error.value)
     assert target.commits == published_before
+    # Its advice is safe to follow: a new checkpoint alone would publish every record into the target again.
+    assert "new checkpointLocation" not in str(error.value) or NEW_QUERY in str(error.value)
 
 
 def test_missing_store_files_never_read_as_done(tmp_path):

@@ -35,7 +35,13 @@ import pyarrow as pa
 from regional import failpoints
 from regional.bulk import cyclic_gc_paused
 from regional.dead_letters import dead_letter_rows
-from regional.errors import RegionalConfigError, RegionalDeadLetterLimitError, RegionalPlanError, RegionalStoreError
+from regional.errors import (
+    NEW_QUERY,
+    RegionalConfigError,
+    RegionalDeadLetterLimitError,
+    RegionalPlanError,
+    RegionalStoreError,
+)
 from regional.protocol.decide import (
     UPSTREAM,
     RegionOutcome,
@@ -124,8 +130,8 @@ def commit_epoch(plan: EpochPlan, tasks: Sequence[TaskOutcome | None], store: Ep
         if target.published(epoch):
             raise RegionalStoreError(
                 f"epoch {epoch} is already published in the target, but the regional store at {store!r} has "
-                "neither its intent nor its record: the store was damaged. Restore it from a backup, or start "
-                "a new checkpointLocation (and a new target)")
+                "neither its intent nor its record: the store was damaged. Restore it from a backup, or "
+                + NEW_QUERY)
         try:
             intent = decided_intent(plan, tasks, store, target, staged_now, mixed, dead_letter_sink)
         except (RegionalPlanError, RegionalDeadLetterLimitError):
@@ -242,7 +248,7 @@ def store_query_id(store: EpochStore, epoch: int) -> str:
     query_id = store.query_id()
     if query_id is None:
         raise RegionalStoreError(f"epoch {epoch}: the regional store has no query id: it was damaged. Restore it, "
-                                 "or start a new checkpointLocation")
+                                 "or " + NEW_QUERY)
     return query_id
 
 

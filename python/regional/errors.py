@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+# The advice of an error whose only way on is a new query. A new checkpoint is a new query (docs/design.md): it
+# reads its input again from its starting point, so into the same target it would publish every record twice.
+NEW_QUERY = ("start a new query: a new checkpointLocation and a new, empty target (a new query reads its input "
+             "again from its start, so into the same target it would publish every record a second time)")
+
 
 class RegionalError(Exception):
     """Base class of every error raised by ``regional``."""

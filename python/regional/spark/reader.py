@@ -18,7 +18,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from regional.dead_letters import encode_records
-from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
+from regional.errors import NEW_QUERY, RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs import load_input
 from regional.inputs.base import AcknowledgingInput, RetainedInput, StoredInput
 from regional.options import SPARK_READ, Option, OptionTable, check_given, declared_by
@@ -160,8 +160,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if start.get("query_id") != query_id:
             raise RegionalStoreError(
                 f"Spark's offset log belongs to regional query {start.get('query_id')} but the regional store at "
-                f"{self.store.root} to query {query_id}: the store was removed or replaced. Restore it, or start the "
-                "query on a new checkpointLocation"
+                f"{self.store.root} to query {query_id}: the store was removed or replaced. Restore it, or " + NEW_QUERY
             )
         epoch = previous + 1
         record = self.store.latest_record(before=epoch)
@@ -169,7 +168,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise RegionalStoreError(
                 f"Spark committed epoch {previous} but the regional store at {self.store.root} "
                 f"{'has no record' if record is None else f'ends at epoch {record.epoch}'}: the store was "
-                "removed or replaced. Restore it, or start the query on a new checkpointLocation"
+                "removed or replaced. Restore it, or " + NEW_QUERY
             )
         self._tell_input(record)
         stopping = self.store.final_epoch_requested_since(self.started_at)

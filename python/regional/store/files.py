@@ -17,7 +17,7 @@ import hashlib
 import json
 from typing import Any
 
-from regional.errors import RegionalStoreError
+from regional.errors import NEW_QUERY, RegionalStoreError
 from regional.storage import Storage
 
 VERSIONS: dict[str, int] = {
@@ -57,7 +57,7 @@ def decode(where: str, kind: str, raw: bytes) -> Any:
         raise RegionalStoreError(
             f"the regional store file {where} has format {parts[2]}, and this regional reads {kind} files of "
             f"format {' or '.join(readable)} only: it was written by another version of regional. Run the query "
-            "with that version, or start a new checkpointLocation"
+            "with that version, or " + NEW_QUERY
         )
     body = rest[:-1] if rest.endswith(b"\n") else rest
     if hashlib.sha256(body).hexdigest() != parts[3][len("sha256="):]:
@@ -87,5 +87,5 @@ def create_exclusive(storage: Storage, name: str, kind: str, data: Any) -> bool:
 def corrupt(where: str, why: str) -> RegionalStoreError:
     return RegionalStoreError(
         f"the regional store file {where} is corrupt: {why}. Nothing was published from it. Restore the file "
-        "from a backup; otherwise start the query on a new checkpointLocation (its input is then read again)"
+        "from a backup; otherwise " + NEW_QUERY
     )

@@ -19,7 +19,7 @@ import itertools
 import re
 from typing import Any
 
-from regional.errors import RegionalStoreError
+from regional.errors import NEW_QUERY, RegionalStoreError
 from regional.storage import Storage
 from regional.store import files
 
@@ -57,7 +57,7 @@ class SourceLog:
         if not snapshots:
             raise RegionalStoreError(
                 f"the regional store's source log {self.directory} holds changes but no snapshot to apply them "
-                "to: it was damaged. Restore it from a backup, or start the query on a new checkpointLocation")
+                "to: it was damaged. Restore it from a backup, or " + NEW_QUERY)
         first = snapshots[-1]
         rest = listing[first:]
         for (a, _), (b, _) in itertools.pairwise(rest):

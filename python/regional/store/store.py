@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from regional.bulk import cyclic_gc_paused
-from regional.errors import RegionalStoreError
+from regional.errors import NEW_QUERY, RegionalStoreError
 from regional.location import parse_location
 from regional.storage import Storage, open_storage
 from regional.store import files
@@ -111,7 +111,7 @@ class Store:
         if self.epochs() or self._numbered(_INTENTS):
             raise RegionalStoreError(
                 f"the regional store at {self.location} has epoch records but no {_QUERY}: it was damaged. "
-                "Restore the file from a backup, or start the query on a new checkpointLocation"
+                "Restore the file from a backup, or " + NEW_QUERY
             )
         files.create_exclusive(self.storage, _QUERY, "query", {"query_id": str(uuid.uuid4()),
                                                                "created_at": time.time()})
@@ -294,7 +294,7 @@ class Store:
         if data is None and self.epochs():
             raise RegionalStoreError(
                 f"the regional store at {self.location} has epoch records but no {_STARTING_OFFSETS}: it was "
-                "damaged. Restore the file from a backup, or start the query on a new checkpointLocation")
+                "damaged. Restore the file from a backup, or " + NEW_QUERY)
         if data is None:
             starts = {str(r): int(o) for r, o in resolve().items()}
             files.create_exclusive(self.storage, _STARTING_OFFSETS, "starting-offsets", starts)
