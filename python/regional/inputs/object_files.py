@@ -61,16 +61,17 @@ from typing import Any
 
 from regional.errors import RegionalConfigError, RegionalDataLossError
 from regional.ids import validate_region_id
-from regional.inputs.files import (
-    FilesInput,
+from regional.inputs.files.lines import CorruptFile, LineFormat, codec_of
+from regional.inputs.files.manifest import (
+    RULES,
     FileSpan,
     RegionChange,
     RegionFiles,
     file_changed,
     is_hidden,
     short_digest,
-    size_lines_digest,
 )
+from regional.inputs.files.source import FilesInput
 from regional.location import Location
 from regional.storage import ObjectInfo, Storage, open_storage
 
@@ -92,6 +93,7 @@ class _Content:
     lines: int
     digest: str
     etag: str
+    content: tuple[int, str] | None = None  # compressed: what it decompresses to (size, SHA-256)
 
 
 @dataclass
@@ -104,8 +106,9 @@ class _RegionListing:
 class ObjectFiles(FilesInput):
     """The files source on an object store (see the module)."""
 
-    def __init__(self, location: Location) -> None:
-        super().__init__(location)
+    def __init__(self, location: Location, line_format: LineFormat | None = None,
+                 name_glob: str | None = None, partition_dirs: bool = False) -> None:
+        super().__init__(location, line_format, name_glob, partition_dirs)
         self._storage: Storage | None = None
         # (region, name) -> (ETag, when first held): names held back by the last listing, and by this one
         self._held_before: dict[tuple[str, str], tuple[str, float]] = {}
@@ -140,8 +143,19 @@ class ObjectFiles(FilesInput):
         listing: dict[str, _RegionListing] = {}
         for info in self.storage.list("", recursive=True):
             region_name, slash, name = info.name.partition("/")
-            if not slash or is_hidden(region_name):  # directly under path: no region's
+            if is_hidden(region_name):
                 continue
+            if not slash:  # Spark's text source would read it: never leave it unread in silence
+                raise RegionalConfigError(
+                    f"source=files: object {region_name!r} is directly under path {self.location}, where only "
+                    "region prefixes belong (path/<region>/<files>): its records would be read by no region. Move "
+                    f"it under a region (e.g. <region>/{region_name}), or give it a name starting with '.' or '_'")
+            if "=" in region_name:
+                raise RegionalConfigError(
+                    f"source=files: {region_name!r} under {self.location} looks like a partition directory "
+                    "(key=value), but the prefixes directly under path are regions (path/<region>/...): give the "
+                    "path above the regions (partition directories belong inside a region), or rename it if it is "
+                    "a region")
             try:
                 region = validate_region_id(region_name)
             except RegionalConfigError as exc:
@@ -149,7 +163,7 @@ class ObjectFiles(FilesInput):
                     f"source=files: region prefix {region_name!r} under {self.location} cannot be a region id "
                     f"({exc}); rename its objects, or hide them with a leading '.' or '_'") from None
             files = listing.setdefault(region, _RegionListing())
-            if name and "/" not in name and not is_hidden(name):
+            if name and not name.endswith("/") and self.accepts(name):
                 files.objects[name] = replace(info, name=name)
         self._read_new(listing)
         return listing
@@ -194,8 +208,15 @@ class ObjectFiles(FilesInput):
         if got is None:
             return None
         info, chunks = got
-        size, lines, digest = size_lines_digest(chunks)
-        return _Content(size, lines, digest, info.etag)
+        try:
+            size, lines, digest, content = self.format.fingerprint(key, chunks)
+        except CorruptFile as exc:
+            raise RegionalConfigError(
+                f"source=files: object {key!r} under {self.location} is {exc}, though its name ends as a "
+                f"{codec_of(key)} file's: Spark's text source fails on it too, and its records cannot be read. Move "
+                "it out of path (or give it a name starting with '.' or '_'), and upload it again, whole, under a "
+                "new name") from None
+        return _Content(size, lines, digest, info.etag, content)
 
     def _scan(self, region: str, listing: _RegionListing, known: RegionFiles,
               committed: Callable[[str], int]) -> RegionChange:
@@ -250,6 +271,16 @@ class ObjectFiles(FilesInput):
         moved: set[int] = set()
         for name in sorted([n for n in objects if n not in known.names] + reused):
             content = read[name]
+            if content.content is not None:  # compressed: a compressed copy of a known file is that file
+                original = next((s for s in known.files.values() if s.seq not in moved
+                                 and (s.size, s.digest) == content.content and s.lines == content.lines), None)
+                if original is not None and at_its_name(original.seq):
+                    continue  # the uncompressed file is still there: this is it, once that one is gone
+                if original is not None:
+                    moved.add(original.seq)
+                    change.put.append(replace(original, name=name, size=content.size, digest=content.digest,
+                                              etag=content.etag, gone=False, rules=RULES))
+                    continue
             # A file with records unpublished whose name went missing in this very listing, and its bytes under a
             # new name: moved (its deletion would otherwise fail the query, and its records be read twice). Under
             # its own name: put back. Nothing else is matched: the same bytes again are new input, as in Spark's
@@ -299,8 +330,8 @@ class ObjectFiles(FilesInput):
     def _find_moved(self, region: str, span: FileSpan) -> bytes | None:
         """The bytes of ``span``'s file under another name of its region, found by size and content (objects
         with its ETag first: a copy keeps the ETag of a single-part object on S3); None if it is nowhere."""
-        candidates = [o for o in self.storage.list(region) if o.size == span.size
-                      and o.name[len(region) + 1:] != span.name and not is_hidden(o.name[len(region) + 1:])]
+        candidates = [o for o in self.storage.list(region, recursive=True) if o.size == span.size
+                      and o.name[len(region) + 1:] != span.name and self.accepts(o.name[len(region) + 1:])]
         candidates.sort(key=lambda o: o.etag != span.etag)
         for other in candidates:
             got = self.storage.read_stream(other.name)
