@@ -20,7 +20,15 @@ the table's, by name (exact case), Delta type and nullability, or the start is r
 delta-rs's merge mode: delta-rs adds no schema to an append of files already written) and lets the query leave
 nullable columns out (they read as null), as delta-spark's option does; type changes are still refused. A
 partitioned table's partition columns go into each file's partition values, never into the file: ``open`` hands
-them to the tasks (``task_options``), which write one file per partition value.
+them to the tasks (``task_options``), which write one file per partition value. Partition values are written as
+delta-spark writes them: an empty string is null.
+
+The table's protocol is honoured or the table refused (``features``): at ``open`` (and again at each commit) every
+table feature is either written with its rules or refused by name before anything is staged. The rules travel
+to the tasks (``rows``): CHECK constraints, invariants and NOT NULL columns are checked on the rows (a row that
+breaks one is refused with ``RowsRejected``: quarantined and, with dead letters on, dead-lettered, never
+published), generated columns are computed or checked, and under column mapping the files hold the physical
+column names and field ids. A table with none of these costs the tasks nothing more.
 """
 
 from __future__ import annotations
@@ -43,18 +51,63 @@ from regional.dead_letters import REPLAY_COLUMNS, open_table
 from regional.errors import RegionalConfigError, RegionalStoreError
 from regional.ids import encode_region
 from regional.location import Location, parse_location
-from regional.protocol.settings import parse_bool
+from regional.options import Option, OptionTable
+from regional.protocol.settings import parse_bool, parse_int
 from regional.storage import Storage, open_storage
 from regional.storage.config import delta_options
 from regional.targets.base import EpochReport, Target, chain_first, reason_class, require_query_id
+from regional.targets.delta.features import Rules, table_rules
+from regional.targets.delta.rows import RowRules
 
 # Where regional staged files before it wrote them into the table (until 2026-11): an interrupted epoch of then
 # is finished by moving them in; the rest is swept.
 STAGING_DIR = "_regional_staging"
 PARTITION_COLUMNS_OPTION = "regional.partitioncolumns"  # set by open() for the tasks: the table's, as JSON
+RULES_OPTION = "regional.deltarules"  # set by open() for the tasks when the table has rules (features.Rules)
 # Delta types a partition value is written for (as Delta spells them: the value's text, e.g. 2024-01-31).
 PARTITION_TYPES = {"string", "long", "integer", "short", "byte", "boolean", "date"}
 _EPOCH_DIR = re.compile(r"^e(\d+)$")
+
+
+_REFUSED_STOCK = "regional's Delta target only appends, one transaction per epoch"
+OPTIONS = OptionTable("target=delta", [
+    Option("path", "required", "The Delta table's location (local, `s3a://`, `gs://`, `abfss://`); created by the "
+                               "first epoch if it does not exist.", stock=True),
+    Option("mergeSchema", "false", "Add the query's new columns to the table (nullable, in the epoch's own "
+                                   "transaction) and let the query leave nullable columns out, as delta-spark's "
+                                   "option does. Type changes are refused.", stock=True),
+    Option("maxRecordsPerFile", "0", "At most this many rows per Parquet file (0: no limit), as delta-spark's "
+                                     "option.", stock=True),
+    Option("userMetadata", "", "Put into each of the query's commits as `commitInfo.userMetadata`, as "
+                               "delta-spark's option does.", stock=True),
+    Option("compression", "snappy", "The Parquet files' codec: `snappy`, `zstd`, `gzip` or `uncompressed`.",
+           stock=True),
+    Option("overwriteSchema", "", "", refused=f"{_REFUSED_STOCK}. Change the schema with delta-spark while the "
+                                              "query is stopped", stock=True),
+    Option("replaceWhere", "", "", refused=f"{_REFUSED_STOCK}. Delete with delta-spark (DELETE FROM ...)",
+           stock=True),
+    Option("partitionOverwriteMode", "", "", refused=f"{_REFUSED_STOCK}: nothing is overwritten", stock=True),
+    Option("txnAppId", "", "", refused="regional makes each epoch idempotent with its own application "
+                                       "transaction (regional-<query id>, epoch). Remove the option", stock=True),
+    Option("txnVersion", "", "", refused="regional makes each epoch idempotent with its own application "
+                                         "transaction (regional-<query id>, epoch). Remove the option", stock=True),
+    Option("optimizeWrite", "", "", refused="regional writes one file per region, partition value and epoch "
+                                            "(split by maxRecordsPerFile). Compact with OPTIMIZE", stock=True),
+    Option("dataChange", "true", "", refused="regional's files are new data: dataChange=false would hide them "
+                                             "from streaming readers of the table. Remove the option", stock=True),
+    Option("partitionBy", "", "", refused="the table's partitioning is the table's: create it partitioned with "
+                                          "delta-spark (PARTITIONED BY) before the first epoch", stock=True),
+    Option("delta.", "", "", refused="table properties are set with delta-spark (CREATE TABLE ... TBLPROPERTIES "
+                                     "or ALTER TABLE ... SET TBLPROPERTIES), not per write", prefix=True, stock=True),
+])
+_CODECS = {"snappy": "snappy", "zstd": "zstd", "gzip": "gzip", "uncompressed": "none", "none": "none"}
+
+
+def _compression(options: dict[str, str]) -> str:
+    given = next((v for k, v in options.items() if k.lower() == "compression"), "snappy").strip().lower()
+    if given not in _CODECS:
+        raise RegionalConfigError(f"target=delta option compression={given!r}: give one of {sorted(_CODECS)}")
+    return _CODECS[given]
 
 
 def create(options: dict[str, str]) -> DeltaTarget:
@@ -76,8 +129,13 @@ class DeltaTarget(Target[dict[str, Any] | None]):
         self.app_id = f"regional-{query_id}"
         self.staging = self.storage.child(f"{STAGING_DIR}/{query_id}")  # an older regional's
         self.merge_schema = parse_bool(options, "mergeSchema", default="false")
+        self.max_records = parse_int(options, "maxRecordsPerFile", 0, default="0")
+        self.compression = _compression(options)
+        self.user_metadata = next((v for k, v in options.items() if k.lower() == "usermetadata"), None)
         # The table's partition columns as open() found them on the driver (tasks get them in their options).
         self.partition_columns: list[str] = json.loads(options.get(PARTITION_COLUMNS_OPTION) or "[]")
+        given_rules = options.get(RULES_OPTION)
+        self.rules = Rules.from_json(given_rules) if given_rules else Rules()  # open() finds them on the driver
         self._delta: Any = None  # the table, opened once per target object (the driver builds one per epoch)
 
     # -- phase one, in the task -----------------------------------------------------------
@@ -88,31 +146,50 @@ class DeltaTarget(Target[dict[str, Any] | None]):
             return None
         if self.dead_letters:  # staged on the driver, before the intent: a table of another shape is refused
             self._check_dead_letter_schema(first.schema)
-        schema = delta_schema(first.schema)
-        relabel = schema is not first.schema  # decided once: the hot loop casts only when Delta needs it
+        query = delta_schema(first.schema)
+        relabel = query is not first.schema  # decided once: the hot loop casts only when Delta needs it
+        # The table's rules (none for most tables: then nothing more is done per batch).
+        rules = RowRules(self.rules, query, str(self.table)) if self.rules else None
+        schema = rules.out_schema(query) if rules is not None else query
         parts = [schema.get_field_index(c) for c in self.partition_columns]
-        file_schema = pa.schema([f for i, f in enumerate(schema) if i not in parts], schema.metadata)
-        staged: dict[tuple[str | None, ...], _StagedFile] = {}  # partition values -> the file holding them
+        logical_file = pa.schema([f for i, f in enumerate(schema) if i not in parts], schema.metadata)
+        file_schema = rules.file_schema(logical_file) if rules is not None else logical_file
+        # partition values -> the files holding them (the last one open; more than one with maxRecordsPerFile)
+        staged: dict[tuple[str | None, ...], list[_StagedFile]] = {}
         prefix = f"part-{self.query_id}-e{epoch:08d}-{encode_region(region)}"
         try:
             for batch in chain_first(first, batches):
-                batch = batch.cast(schema) if relabel else batch
+                batch = batch.cast(query) if relabel else batch
+                if rules is not None:
+                    batch = rules.apply(batch)  # RowsRejected for a row that breaks a rule: nothing is kept
                 for values, rows in _by_partition(batch, parts):
-                    out = staged.get(values)
-                    if out is None:
-                        out = staged[values] = _StagedFile(self.storage, prefix, file_schema)
-                    out.write(rows.select([i for i in range(rows.num_columns) if i not in parts]) if parts else rows)
-            for out in staged.values():
-                out.close()
+                    outs = staged.setdefault(values, [])
+                    data = rows.select([i for i in range(rows.num_columns) if i not in parts]) if parts else rows
+                    data = rules.to_file(data, file_schema) if rules is not None else data
+                    while data.num_rows:
+                        if not outs or (self.max_records and outs[-1].rows >= self.max_records):
+                            if outs:
+                                outs[-1].close()
+                            outs.append(_StagedFile(self.storage, prefix, file_schema, self.compression))
+                        room = self.max_records - outs[-1].rows if self.max_records else data.num_rows
+                        outs[-1].write(data.slice(0, room))
+                        data = data.slice(room)
+            for outs in staged.values():
+                outs[-1].close()
         except BaseException:
-            for out in staged.values():
-                out.discard()
+            for outs in staged.values():
+                for out in outs:
+                    out.discard()
             raise
+        keys = [self.rules.physical_partition(c) for c in self.partition_columns]  # physical names, if mapped
         files = [{"name": out.name, "size": out.size, "rows": out.rows,
-                  "partition": dict(zip(self.partition_columns, values, strict=True))}
-                 for values, out in staged.items()]
-        return {"files": files, "schema": _encode_schema(schema), "partition_columns": self.partition_columns,
-                "in_table": True}
+                  "partition": dict(zip(keys, values, strict=True))}
+                 for values, outs in staged.items() for out in outs]
+        handle = {"files": files, "schema": _encode_schema(schema), "partition_columns": self.partition_columns,
+                  "in_table": True}
+        if self.rules:
+            handle["rules"] = self.rules.digest()
+        return handle
 
     # -- phase two, on the driver ------------------------------------------------------------
 
@@ -128,11 +205,14 @@ class DeltaTarget(Target[dict[str, Any] | None]):
             done = table.transaction_version(self.app_id)
             if done is not None and done >= epoch:
                 return  # published before a crash: publish nothing twice
-        properties = CommitProperties(custom_metadata={"regional": _report_metadata(epoch, self.query_id, report)},
-                                      app_transactions=[Transaction(self.app_id, epoch)])
+        custom: dict[str, Any] = {"regional": _report_metadata(epoch, self.query_id, report)}
+        if self.user_metadata is not None:  # commitInfo.userMetadata, as delta-spark's option puts it
+            custom["userMetadata"] = self.user_metadata
+        properties = CommitProperties(custom_metadata=custom, app_transactions=[Transaction(self.app_id, epoch)])
         if table is not None and staged and not self.dead_letters:  # a dead-letter table was checked above
             # The table as it is now, not as open() saw it: another writer may have changed it since.
             new_columns = self._check_schema(_schema_of(staged[0]), staged[0].get("partition_columns", []), table)
+            self._check_rules(epoch, staged, table)
             if new_columns:
                 self._commit_merging(epoch, staged, table, properties)
                 return
@@ -152,6 +232,18 @@ class DeltaTarget(Target[dict[str, Any] | None]):
                 for h in staged for f in _files_of(h)]
         table.create_write_transaction(adds, mode="append", schema=table.schema(), commit_properties=properties)
 
+    def _check_rules(self, epoch: int, staged: list[dict[str, Any]], table: Any) -> None:
+        """The table's features and rules now are the ones the tasks wrote for (a feature regional refuses, a
+        constraint added, a column mapped anew since ``open``: the epoch's rows were not written for them)."""
+        rules = table_rules(table, str(self.table), _schema_of(staged[0]), self.merge_schema)
+        wrote = {h.get("rules", Rules().digest()) for h in staged}
+        if wrote != {rules.digest()}:
+            raise RegionalStoreError(
+                f"the Delta table {str(self.table)!r} changed its rules (a CHECK constraint, NOT NULL, a generated "
+                f"column or column mapping) while epoch {epoch} was written: its rows were checked and written for "
+                "the table as it was, so they are not published. Undo the table's change, restart the query so "
+                "that the epoch is published, then make the change again while the query is stopped")
+
     def _commit_merging(self, epoch: int, staged: list[dict[str, Any]], table: Any, properties: Any) -> None:
         """The epoch that adds columns (mergeSchema): its rows are written again through delta-rs's merge mode,
         which puts the new schema and the rows in one transaction. Once per schema change."""
@@ -168,7 +260,11 @@ class DeltaTarget(Target[dict[str, Any] | None]):
                     values = pa.array([value] * data.num_rows, pa.string()).cast(types[column])
                     data = data.append_column(column, values)
                 pieces.append(data)
-        write_deltalake(table, pa.concat_tables(pieces, promote_options="default"), mode="append",
+        rows = pa.concat_tables(pieces, promote_options="default")
+        # New columns are added nullable, as delta-spark's mergeSchema adds them: older rows have no value.
+        rows = rows.cast(pa.schema([f if f.name in types else f.with_nullable(True) for f in rows.schema],
+                                   rows.schema.metadata))
+        write_deltalake(table, rows, mode="append",
                         schema_mode="merge", partition_by=parts or None, commit_properties=properties)
         for handle in staged:  # written again by the merge: never added, so no reader ever saw them
             for f in _files_of(handle):
@@ -220,10 +316,15 @@ class DeltaTarget(Target[dict[str, Any] | None]):
         if self.dead_letters:
             self._check_dead_letter_schema(schema)
         else:
+            # The protocol first: a feature regional refuses is named before any column is compared.
+            self.rules = table_rules(table, str(self.table), delta_schema(schema), self.merge_schema)
             self._check_schema(delta_schema(schema), self.partition_columns, table)
 
     def task_options(self) -> dict[str, str]:
-        return {PARTITION_COLUMNS_OPTION: json.dumps(self.partition_columns)}
+        options = {PARTITION_COLUMNS_OPTION: json.dumps(self.partition_columns)}
+        if self.rules:
+            options[RULES_OPTION] = self.rules.to_json()
+        return options
 
     def _check_schema(self, schema: pa.Schema, partition_columns: list[str], table: Any) -> list[str]:
         """The query's new columns (allowed with mergeSchema); anything else that does not fit is refused."""
@@ -233,7 +334,8 @@ class DeltaTarget(Target[dict[str, Any] | None]):
                 f"the Delta table {str(self.table)!r} is partitioned by {have} now, but this epoch's files were "
                 f"written for {list(partition_columns)}: was the table replaced while the query ran? Restart "
                 "the query: its next epochs are written for the table as it is")
-        problems, new = compare_schemas(schema, _arrow_schema(table), have, self.merge_schema)
+        generated = [name for name, _ in self.rules.generated]
+        problems, new = compare_schemas(schema, _arrow_schema(table), have, self.merge_schema, generated)
         if problems:
             raise RegionalConfigError(
                 f"the query's columns do not fit the Delta table {str(self.table)!r}: " + "; ".join(problems) +
@@ -290,7 +392,16 @@ class DeltaTarget(Target[dict[str, Any] | None]):
         if self._delta is not None:
             self._delta.update_incremental()
             return self._delta
-        self._delta = open_table(self.table)
+        try:
+            self._delta = open_table(self.table)
+        except Exception as exc:
+            if "feature" not in str(exc).lower() and "protocol" not in str(exc).lower():
+                raise
+            # A protocol delta-rs cannot even read (a newer version, a feature it does not know): refused as the
+            # features regional refuses are, before anything is staged.
+            raise RegionalConfigError(
+                f"the Delta table {str(self.table)!r} has a protocol regional does not write ({exc}). Write to a "
+                "table without the feature named, or with delta-spark") from None
         return self._delta
 
 
@@ -305,11 +416,12 @@ def delta_schema(schema: pa.Schema) -> pa.Schema:
 
 
 def compare_schemas(query: pa.Schema, table: pa.Schema, partition_columns: list[str],
-                    merge: bool) -> tuple[list[str], list[str]]:
+                    merge: bool, generated: list[str] | None = None) -> tuple[list[str], list[str]]:
     """(problems, new columns) of writing rows of ``query`` into a table of Arrow schema ``table``. Compared as
     Delta types; names exactly (Delta ignores case, Parquet readers may not: a column that differs only in case
-    is refused); a nullable query column into a NOT NULL one is refused (Spark says whether a column can be
-    null: ``coalesce`` makes it non-null). Without ``merge``, the query must write every column of the table."""
+    is refused); a nullable query column may go into a NOT NULL one, as with delta-spark: the tasks refuse its
+    null rows (``rows``). Without ``merge``, the query must write every column of the table but its
+    ``generated`` ones (computed in the tasks)."""
     from deltalake import Schema
 
     wanted = {f.name: f for f in Schema.from_arrow(query).fields}
@@ -330,10 +442,8 @@ def compare_schemas(query: pa.Schema, table: pa.Schema, partition_columns: list[
         if _delta_type(field) != _delta_type(current):
             problems.append(f"column {name!r} is {_delta_type(current)} in the table, the query writes "
                             f"{_delta_type(field)}")
-        elif field.nullable and not current.nullable:
-            problems.append(f"column {name!r} is NOT NULL in the table, and the query's may be null")
     for name, current in have.items():
-        if name in wanted or any(w.lower() == name.lower() for w in wanted):
+        if name in wanted or any(w.lower() == name.lower() for w in wanted) or name in (generated or []):
             continue
         if name in partition_columns:
             problems.append(f"partition column {name!r} is not written")
@@ -350,8 +460,20 @@ def compare_schemas(query: pa.Schema, table: pa.Schema, partition_columns: list[
 
 
 def _delta_type(field: Any) -> str:
+    """The field's Delta type, as the protocol spells it, without its fields' metadata (column mapping's physical
+    names and ids are the table's, never the query's)."""
     kind = field.type
-    return str(kind.type) if type(kind).__name__ == "PrimitiveType" else str(kind.to_json())
+    if type(kind).__name__ == "PrimitiveType":
+        return str(kind.type)
+    return json.dumps(_without_metadata(json.loads(kind.to_json())), separators=(",", ":"))
+
+
+def _without_metadata(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_metadata(v) for k, v in value.items() if k != "metadata"}
+    if isinstance(value, list):
+        return [_without_metadata(v) for v in value]
+    return value
 
 
 def _describe(schema: pa.Schema) -> str:
@@ -366,19 +488,23 @@ class _StagedFile:
     """One parquet file a task writes into the table's location: one per partition value of a partitioned table,
     else one per slice. It exists, whole, once closed; a discarded one never appears."""
 
-    def __init__(self, storage: Storage, prefix: str, schema: pa.Schema) -> None:
+    def __init__(self, storage: Storage, prefix: str, schema: pa.Schema, compression: str = "snappy") -> None:
         self.name = f"{prefix}-{uuid.uuid4().hex[:12]}.parquet"
         self.storage = storage
         self.rows = 0
         self.size = 0
+        self.closed = False
         self._file = storage.open_writer(self.name)
-        self._writer = pq.ParquetWriter(self._file, schema, compression="snappy")
+        self._writer = pq.ParquetWriter(self._file, schema, compression=compression)
 
     def write(self, batch: pa.RecordBatch) -> None:
         self._writer.write_batch(batch)
         self.rows += batch.num_rows
 
     def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
         self._writer.close()  # the parquet footer; the file object stays open
         self.size = self._file.tell()
         self._file.close()
@@ -394,7 +520,8 @@ def _by_partition(batch: pa.RecordBatch, parts: list[int]) -> Iterator[tuple[tup
     if not parts:
         yield (), batch
         return
-    keys = [pc.cast(batch.column(i), pa.string()) for i in parts]
+    # As delta-spark writes them: an empty string is null (Hive's partition layout has no empty value).
+    keys = [_empty_is_null(pc.cast(batch.column(i), pa.string())) for i in parts]
     combos = pa.table(dict(zip(map(str, range(len(parts))), keys, strict=True))).group_by(
         [str(i) for i in range(len(parts))]).aggregate([])
     for row in combos.to_pylist():
@@ -404,6 +531,12 @@ def _by_partition(batch: pa.RecordBatch, parts: list[int]) -> Iterator[tuple[tup
             match = pc.is_null(key) if value is None else pc.fill_null(pc.equal(key, value), False)
             mask = match if mask is None else pc.and_(mask, match)
         yield values, batch.filter(mask)
+
+
+def _empty_is_null(values: pa.Array) -> pa.Array:
+    if not pc.any(pc.equal(values, "")).as_py():
+        return values
+    return pc.if_else(pc.equal(values, ""), pa.scalar(None, pa.string()), values)
 
 
 def _held_files(table: Any) -> set[str]:
