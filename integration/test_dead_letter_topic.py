@@ -795,3 +795,85 @@ def test_a_topic_replay_after_the_second_review_retention_availablenow_restarts_
     assert a.available(2) == {"z": 1}
     assert replay_of(kafka, dead, tmp_path / "ck-4c").available(0) == {"z": 1}
 
+
+
+def _forget_group(broker, group: str) -> None:
+    """The group's committed offsets deleted, as the brokers do ``offsets.retention.minutes`` after it went empty
+    (or ``kafka-consumer-groups --delete``)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept: a client collected never answers
+    for future in admin.delete_consumer_groups([group], request_timeout=20).values():
+        future.result(40)
+
+
+def test_a_topic_replays_marks_outlive_its_groups_offsets_and_a_groups_older_marks_are_carried_over(kafka, tmp_path):
+    """Issue 45. (1) A replay, then its group's committed offsets deleted (the brokers delete them 7 days after the
+    group goes empty): a second replay took every letter again, doubling them in the target. The marks are kept in
+    a compacted topic now: the second replay takes nothing, and a later letter only. (2) Marks that a regional
+    before the marks topic kept in the group alone are honoured, and carried over into the topic when first read:
+    they outlive the group too. (3) A marks topic whose cleanup.policy deletes records is refused. Each failed on
+    the code before (the group was all there was)."""
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+
+    from regional.errors import RegionalConfigError
+
+    def letters(target, epoch: int, region: str, offsets: list[int]) -> None:
+        n = len(offsets)
+        rows = pa.table({"region": [region] * n, "offset": pa.array(offsets, pa.int64()),
+                         "value": [f"{region}-{o}" for o in offsets], "epoch": pa.array([epoch] * n, pa.int64()),
+                         "error": pa.array(["ValueError: bad"] * n)})
+        target.commit(epoch, {region: target.prepare(epoch, region, iter(rows.to_batches()))})
+
+    # (1) The first replay takes r@1 and r@5 and marks them; the group's offsets go; a new replay takes nothing.
+    dead = dead_topic()
+    group = f"regional-replayed-{dead}"
+    target = sink(kafka, dead)
+    letters(target, 1, "r", [1])
+    letters(target, 2, "r", [5])
+    first = replay_of(kafka, dead, tmp_path / "ck-1")
+    assert first.available(0) == {"r": 6}
+    assert [x["offset"] for x in replayed_rows(first, 0, "r", 0, 6)] == [1, 5]
+    first.on_recorded(recorded(0, {"r": 6}))
+    [(mark, meta)] = group_marks(kafka, dead, group)  # the group shows them, as Kafka's tools read it
+    assert mark > max(m["position"] for m in letters_in(kafka, dead)) and meta["replayed_by"] == first._query_id()
+    _forget_group(kafka, group)
+    assert group_marks(kafka, dead, group)[0][0] < 0  # no committed offset any more
+    assert replay_of(kafka, dead, tmp_path / "ck-2").available(0) == {}
+    letters(target, 3, "r", [9])
+    later = replay_of(kafka, dead, tmp_path / "ck-3")
+    assert later.available(0) == {"r": 10} and [x["offset"] for x in replayed_rows(later, 0, "r", 0, 10)] == [9]
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    resource = ConfigResource(ResourceType.TOPIC, group)  # the marks topic is named after the group by default
+    assert admin.describe_configs([resource])[resource].result(30)["cleanup.policy"].value == "compact"
+
+    # (2) Marks in the group alone, as a regional before the marks topic committed them: r@1 and r@5 replayed.
+    dead = dead_topic()
+    group = f"regional-replayed-{dead}"
+    target = sink(kafka, dead)
+    for epoch, offset in enumerate((1, 5, 9), start=1):
+        letters(target, epoch, "r", [offset])
+    at = {int(m["headers"]["regional.offset"]): m["position"] for m in letters_in(kafka, dead)}
+    old = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        old.commit(offsets=[TopicPartition(dead, 0, at[9], metadata=json.dumps(
+            {"replayed_by": "an-older-replay", "epoch": 4, "above": []}))], asynchronous=False)
+    finally:
+        old.close()
+    new = replay_of(kafka, dead, tmp_path / "ck-m")
+    assert new.available(0) == {"r": 10} and [x["offset"] for x in replayed_rows(new, 0, "r", 0, 10)] == [9]
+    _forget_group(kafka, group)
+    assert replay_of(kafka, dead, tmp_path / "ck-m2").available(0) == {"r": 10}  # carried over: only r@9 waits
+    new.on_recorded(recorded(0, {"r": 10}))
+    _forget_group(kafka, group)
+    assert replay_of(kafka, dead, tmp_path / "ck-m3").available(0) == {}
+
+    # (3) A marks topic that retention would empty is refused, before anything is read.
+    dead = dead_topic()
+    letters(sink(kafka, dead), 1, "r", [1])
+    marks = f"marks-{dead}"
+    admin.create_topics([NewTopic(marks, 1, 1, config={"cleanup.policy": "delete"})])[marks].result(30)
+    with pytest.raises(RegionalConfigError, match=f"the replay marks topic {re.escape(marks)} has "
+                                                  "cleanup.policy=delete: retention would delete its records"):
+        replay_of(kafka, dead, tmp_path / "ck-d", replayMarksTopic=marks).available(0)

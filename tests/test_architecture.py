@@ -36,7 +36,8 @@ def under(module: str, package: str) -> bool:
 def test_the_protocol_is_pure():
     """plan and decide import only settings, errors, the store's model and each other: no target, no fail-point,
     no store I/O, no Spark."""
-    allowed = {"regional.errors", "regional.bulk", "regional.location", "regional.store.model", "regional.protocol"}
+    allowed = {"regional.errors", "regional.bulk", "regional.location", "regional.store.model", "regional.protocol",
+               "regional.options"}  # options: pure declarations (settings declares its own)
     for module, found in imports().items():
         if under(module, "regional.protocol"):
             wrong = {i for i in found if not (under(i, "regional.protocol") or i in allowed)}
@@ -90,3 +91,46 @@ def test_no_import_cycles_between_modules_at_import_time():
     for module in graph:
         if module not in state:
             visit(module, [])
+
+
+def cycle_in(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (module -> modules it imports), as the path around it; None if there is none."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(stack: list[str]) -> list[str] | None:
+        module = stack[-1]
+        state[module] = 1
+        for other in sorted(graph.get(module, ())):
+            if state.get(other) == 1:
+                return [*stack[stack.index(other):], other]
+            if other not in state and (found := visit([*stack, other])):
+                return found
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (found := visit([module])):
+            return found
+    return None
+
+
+# files -> object_files (deferred) closes a cycle that issue 46's change of the files source removes: drop this
+# line when it lands (the test then holds the files source to it too).
+PENDING = {("regional.inputs.files", "regional.inputs.object_files")}
+
+
+def test_no_import_cycles_among_the_sources_even_deferred():
+    """Within ``regional.inputs`` no module imports, at its top or inside a function, one that imports it back: shared
+    types sit below the modules that share them, a dispatch above (``deadletters`` above ``deadletter_table`` and
+    ``deadletter_topic``, which share ``deadletter_rows``). A package's ``__init__`` re-exporting its own modules
+    is not a cycle."""
+    graph = {m: {i for i in found if under(i, "regional.inputs") and i != m and not under(m, i)
+                 and (m, i) not in PENDING}
+             for m, found in imports().items() if under(m, "regional.inputs")}
+    cycle = cycle_in(graph)
+    assert cycle is None, f"import cycle in regional.inputs: {' -> '.join(cycle)}"
+
+
+def test_the_cycle_check_finds_a_deferred_cycle():
+    assert cycle_in({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle_in({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None

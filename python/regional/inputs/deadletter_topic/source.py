@@ -1,57 +1,13 @@
-"""``source=deadLetters``, ``topic=<dead-letter topic>``: replay the records a query dead-lettered to Kafka.
-
-A query with ``deadLetterTopic`` produces each record isolated as poison to that topic (``regional.targets.
-kafka_topic``), with headers that say where it came from (``regional.region``, ``regional.offset``) and what
-it was (``regional.schema``; ``regional.row`` for a Kafka source's record). This source reads them back as
-that source's records, as ``path=<dead-letter table>`` does for a table (``regional.inputs.deadletters``): the
-same columns, regions and offsets (sparse), so the same select runs again into the same target.
-
-Options: ``topic``, ``kafka.bootstrap.servers`` and the consumer's ``kafka.*`` settings, by the Kafka
-source's rules (``kafka.group.id`` and ``kafka.isolation.level`` are regional's: letters are read
-``read_committed``, never one of an aborted transaction); ``replayGroup`` (default
-``regional-replayed-<topic>``); ``metadataTimeoutMs`` and ``kafkaConsumer.pollTimeoutMs`` as the Kafka source.
-
-- The index. The driver reads the topic's headers (every letter from where this replay began to the end of
-  its readable log; a dead-letter topic is small) into an index: record (original region, offset) -> its
-  letters (partition, position). The same letter twice (one record dead-lettered twice) is one record, read
-  once; two different letters of one record (two queries on one topic) fail the replay. The source's schema
-  is every letter's ``regional.schema`` together (a letter without a column gets null).
-- Each plan (``available``) keeps in the store, before it returns, the topic's ends its tasks read below and,
-  per partition, the first letters this replay still owes (position, region, offset): retention deletes from
-  the start, so a log start past one of them, not replayed since, is a loss (``failOnDataLoss``, default true,
-  as the Kafka source), and a different letter there means the topic was created again. An epoch's tasks read
-  the positions of their range's letters found below those ends (``before_splits``, ``split``): a re-run
-  reads the same letters. Probes read this replay's own replayed letters, never those it dead-lettered again
-  nor another replay's.
-- Marks: a topic's records cannot be changed, so "which letters were replayed" is the consumer group
-  ``replayGroup``: after each recorded epoch, each partition's committed offset is its first letter not yet
-  replayed (published or dead-lettered again) by this replay or any other, and its metadata names this query,
-  the epoch, and the spans of letters beyond that offset already replayed (``above``). Every plan reads the
-  group, and keeps in the store what another replay took: a replay never takes a letter another replay's marks
-  hold, and a new replay (a new checkpointLocation) begins there. Too many spans to fit in the metadata
-  (4 KB), and another replay refuses to start rather than read them twice. The marks live as long as the
-  group's offsets (``offsets.retention.minutes``).
-- A letter below where this replay already is (late), one deleted by the topic's retention before any replay
-  took it, or a topic created again, fails the replay, saying so: absence is never success.
-
-Where each method runs: the index, ``available``, ``before_splits``, ``split`` and ``on_recorded`` on the driver
-(``on_recorded`` also in the sink's phase two when no ``kafka.*`` option is a credential: ``phase_two_options``);
-``read`` in the task, with a consumer of its own that reads only the positions in its split.
-"""
+"""The dead-letter topic replay itself (``DeadLetterTopicInput``, ``topic_summary``): the index of letters, the
+plans, the splits and the marks after each recorded epoch. The package's docstring says what it guarantees."""
 
 from __future__ import annotations
 
-import base64
 import bisect
-import datetime
-import decimal
-import functools
-import json
 import logging
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -60,9 +16,20 @@ from regional import failpoints
 from regional.dead_letters import DeadLetterSummary
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs.base import BATCH_ROWS, AcknowledgingInput, RegionInput, StoredInput
-from regional.inputs.deadletters import plain_type, spark_ddl
+from regional.inputs.deadletter_rows import plain_type, spark_ddl
+from regional.inputs.deadletter_topic.letters import (
+    HEADER,
+    POLL_S,
+    Letter,
+    TopicSplit,
+    consumer,
+    headers_of,
+    letter_schema,
+    read_letters,
+)
+from regional.inputs.deadletter_topic.marks import Mark, MarksStore, Takes, runs_of
 from regional.inputs.kafka import FETCH_WAIT_MS, KafkaError, client_log
-from regional.kafka_group import committed
+from regional.options import Option, OptionTable
 from regional.protocol.settings import parse_bool, parse_int
 from regional.store.model import EpochRecord
 from regional.targets import TOPIC_PLACE
@@ -73,13 +40,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("regional.kafka")
 
-HEADER = "regional."
 KEPT_VERSIONS = 4  # the topic's ends of the last few epochs, kept in the store
-# consume() returns when it has its messages or at this timeout: short, as a read ends at the log's end or at its
-# last letter, seldom at a thousand records (measured: 0.2 s was 0.2 s per task and per index read)
-POLL_S = 0.02
+TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 OWED_KEPT = 1000  # per partition, the first letters a replay owes, kept in the store (retention deletes the first)
-MAX_MARK_METADATA = 3500  # bytes of a partition's mark (the brokers' offset.metadata.max.bytes is 4096 by default)
 # kafka.* keys that may hold a credential: the options that build this source in the sink's phase two go into the
 # plan (Spark's offset log), so with one of these the marks are made by the reader only.
 SECRET_KEY = re.compile(r"password|secret|jaas|token|keytab|oauthbearer|credential|key\.pem|private|\.key$")
@@ -90,63 +53,42 @@ REFUSED = {
 }
 
 
-class Letter:
-    """One dead letter in the index: where it is in the topic, and which record it was."""
 
-    __slots__ = ("digest", "offset", "partition", "position", "region")
-
-    def __init__(self, partition: int, position: int, region: str, offset: int, digest: int = 0) -> None:
-        self.partition, self.position, self.region, self.offset = partition, position, region, offset
-        self.digest = digest  # of its key, value and row: two letters of one record are the same letter twice
-
-    @property
-    def at(self) -> tuple[int, int]:
-        return self.partition, self.position
-
-
-class Takes:
-    """What a group's marks say of one partition: every letter below ``mark`` was replayed, and every letter in
-    the ``runs`` (inclusive position spans) beyond it."""
-
-    def __init__(self, mark: int = 0, runs: tuple[tuple[int, int], ...] = ()) -> None:
-        self.mark, self.runs = mark, tuple(sorted(runs))
-
-    def __contains__(self, position: object) -> bool:
-        if not isinstance(position, int):
-            return False
-        if position < self.mark:
-            return True
-        i = bisect.bisect_right(self.runs, (position, float("inf"))) - 1
-        return i >= 0 and self.runs[i][0] <= position <= self.runs[i][1]
-
-    @staticmethod
-    def parse(mark: int, above: Any) -> Takes:
-        """``above`` as committed: spans ``[a, b]`` (or single positions, as the first version wrote them)."""
-        runs = [(int(x), int(x)) if isinstance(x, int) else (int(x[0]), int(x[1])) for x in above or []]
-        return Takes(mark, tuple(runs))
-
-
-def runs_of(taken: list[int], letters: list[int]) -> list[list[int]]:
-    """``taken`` (positions of letters, sorted) as spans of letters taken one after another among ``letters``
-    (every letter's position in the partition, sorted): a span ends at a letter not taken."""
-    chosen = set(taken)
-    out: list[list[Any]] = []
-    for position in letters:
-        if position in chosen:
-            if out and out[-1][2]:
-                out[-1][1] = position
-            else:
-                out.append([position, position, True])
-        elif out:
-            out[-1][2] = False
-    return [[a, b] for a, b, _ in out]
-
-
-@dataclass(frozen=True)
-class TopicSplit:
-    """The positions (partition, offset in the topic) of a range's letters, in their original offsets' order."""
-
-    positions: tuple[tuple[int, int], ...]
+_STARTS = "a replay takes every letter no replay has marked, up to the topic's end when each epoch is planned"
+OPTIONS = OptionTable("source=deadLetters (a dead-letter topic)", [
+    Option("topic", "required", "The dead-letter topic to replay: the `deadLetterTopic` of the query whose dead "
+                                "letters to replay."),
+    Option("kafka.bootstrap.servers", "required", "The dead-letter topic's brokers."),
+    Option("kafka.", "", "Every librdkafka consumer setting (security, SASL, ...) by its name, as the Kafka source "
+                         "takes them; the marks' producer uses them too. With a credential among them, only the "
+                         "reader makes the marks (they never go into the plan).", prefix=True),
+    Option("kafka.isolation.level", "read_committed", "Only `read_committed`: a letter of an aborted transaction was "
+                                                      "never dead-lettered; another value is refused."),
+    Option("kafka.group.id", "", "", refused="the group that shows the replay's marks is `replayGroup`"),
+    Option("kafka.enable.auto.commit", "", "", refused="the marks are written after each recorded epoch"),
+    Option("kafka.auto.offset.reset", "", "", refused=_STARTS),
+    Option("replayGroup", "regional-replayed-<topic>", "The consumer group that shows which letters were replayed "
+                                                       "(`kafka-consumer-groups --describe`), written with the marks."),
+    Option("replayMarksTopic", "the replayGroup's name", "The compacted topic that keeps the marks (which letters "
+                                                         "were replayed); created with `cleanup.policy=compact` when "
+                                                         "missing. One with `delete` in its cleanup.policy is "
+                                                         "refused: its marks would expire."),
+    Option("failOnDataLoss", "true", "Letters deleted by retention before any replay took them fail the replay "
+                                     "(false: go on with a warning), as on the Kafka source.", stock=True),
+    Option("metadataTimeoutMs", "30000", "Each call to the brokers, in milliseconds."),
+    Option("kafkaConsumer.pollTimeoutMs", "120000", "How long a task waits for a letter, in milliseconds.",
+           stock=True),
+    Option("subscribe", "", "", refused="a replay reads the one dead-letter topic named by `topic`", stock=True),
+    Option("subscribePattern", "", "", refused="a replay reads the one dead-letter topic named by `topic`",
+           stock=True),
+    Option("assign", "", "", refused="a replay reads every partition of the topic named by `topic`", stock=True),
+    Option("startingOffsets", "", "", refused=_STARTS, stock=True),
+    Option("startingOffsetsByTimestamp", "", "", refused=_STARTS, stock=True),
+    Option("startingTimestamp", "", "", refused=_STARTS, stock=True),
+    Option("endingOffsets", "", "", refused=_STARTS, stock=True),
+    Option("includeHeaders", "", "", refused="a Kafka record's own headers come back as its source read them (with "
+                                             "includeHeaders on the query that dead-lettered it)", stock=True),
+])
 
 
 class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingInput):
@@ -176,6 +118,13 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
                                       "aborted transaction was never dead-lettered): drop "
                                       f"kafka.isolation.level={isolation}")
         self.group = opts.get("replaygroup") or f"regional-replayed-{self.topic}"
+        # The marks' topic follows the group by default: another replayGroup is another set of marks.
+        self.marks_topic = opts.get("replaymarkstopic", "").strip() or self.group
+        if not TOPIC_NAME.match(self.marks_topic) or self.marks_topic in (".", "..", self.topic):
+            raise RegionalConfigError(
+                f"source=deadLetters: {self.marks_topic!r} cannot be the topic that keeps which letters of "
+                f"{self.topic} were replayed (a topic name is at most 249 of a-z, A-Z, 0-9, '.', '_', '-', and not "
+                "the dead-letter topic itself): name one with .option('replayMarksTopic', ...)")
         self.fail_on_data_loss = parse_bool(opts, "failOnDataLoss", default="true")
         self.metadata_timeout_s = parse_int(opts, "metadataTimeoutMs", minimum=1, default="30000") / 1000
         self.poll_timeout_s = parse_int(opts, "kafkaConsumer.pollTimeoutMs", minimum=1, default="120000") / 1000
@@ -186,8 +135,9 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
             self._acknowledge = {"source": "deadLetters", "topic": self.topic,
                                  **{k: v for k, v in opts.items() if k.startswith("kafka.")},
                                  **{k: v for k, v in options.items() if k.lower() in (
-                                     "replaygroup", "metadatatimeoutms", "kafkaconsumer.polltimeoutms",
-                                     "failondataloss")}}
+                                     "replaygroup", "replaymarkstopic", "metadatatimeoutms",
+                                     "kafkaconsumer.polltimeoutms", "failondataloss")}}
+        self.marks = MarksStore(self.topic, self.group, self.marks_topic, self._conf(), self.metadata_timeout_s)
         self._store: Store | None = None
         self._log: SourceLog | None = None
         self._state: dict[str, Any] | None = None  # from, above (skipped), versions: as kept in the store
@@ -222,7 +172,8 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         state = dict(self.__dict__)
         # tasks read the positions in their split: none of the driver's index or store
         state.update(_store=None, _log=None, _state=None, _letters=[], _next={}, _committed={}, _split_ends=None,
-                     _split_records=None, _bounds={}, _taken={}, _record=None)
+                     _split_records=None, _bounds={}, _taken={}, _record=None,
+                     marks=None)
         return state
 
     def __repr__(self) -> str:  # never the consumer's settings
@@ -253,17 +204,17 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         from confluent_kafka import KafkaError as RdKafkaError
         from confluent_kafka import TopicPartition
 
-        consumer = _consumer(self._conf(**{"group.id": self.group, "enable.partition.eof": True,
+        reader = consumer(self._conf(**{"group.id": self.group, "enable.partition.eof": True,
                                            "auto.offset.reset": "error"}))
         schemas: dict[bytes, pa.Schema] = {}
         try:
-            meta = consumer.list_topics(self.topic, timeout=self.metadata_timeout_s).topics.get(self.topic)
+            meta = reader.list_topics(self.topic, timeout=self.metadata_timeout_s).topics.get(self.topic)
             self._bounds = {}
             if meta is None or meta.error is not None or not meta.partitions:
                 return []
             todo: dict[int, int] = {}
             for p in sorted(meta.partitions):
-                low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p),
+                low, high = reader.get_watermark_offsets(TopicPartition(self.topic, p),
                                                            timeout=self.metadata_timeout_s)
                 self._bounds[p] = (low, high)
                 start = self._next.get(p, low)
@@ -281,10 +232,10 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
                     todo[p] = start
             if not todo:
                 return []
-            consumer.assign([TopicPartition(self.topic, p, o) for p, o in todo.items()])
+            reader.assign([TopicPartition(self.topic, p, o) for p, o in todo.items()])
             deadline = time.monotonic() + self.metadata_timeout_s
             while todo:
-                messages = consumer.consume(num_messages=1000, timeout=POLL_S)
+                messages = reader.consume(num_messages=1000, timeout=POLL_S)
                 for m in messages:
                     error = m.error()
                     if error is not None:
@@ -299,7 +250,7 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
                     p, position = m.partition(), m.offset()
                     if p not in todo or position < self._next[p]:
                         continue
-                    headers = _headers(m)
+                    headers = headers_of(m)
                     region, offset = headers.get(HEADER + "region"), headers.get(HEADER + "offset")
                     schema = headers.get(HEADER + "schema")
                     if region is None or offset is None or schema is None:
@@ -314,14 +265,14 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
                         visit(letter, headers)
                     self._next[p] = position + 1
                     if initial and schema not in schemas:
-                        schemas[schema] = _schema(schema)
+                        schemas[schema] = letter_schema(schema)
                 if messages:
                     deadline = time.monotonic() + self.metadata_timeout_s
                 elif time.monotonic() > deadline:
                     raise KafkaError(f"source=deadLetters: {self.topic} at {self.bootstrap} did not answer within "
                                      f"{self.metadata_timeout_s:.0f} s (metadataTimeoutMs); is the broker up?")
         finally:
-            consumer.close()
+            reader.close()
         return list(schemas.values())
 
     def _kept(self) -> dict[str, Any]:
@@ -347,31 +298,28 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         return sorted(letter.position for letter in self._letters
                       if letter.partition == partition and letter.position >= takes.mark and letter.position in takes)
 
-    def _group_takes(self, first: bool = False) -> dict[int, Takes]:
-        """``replayGroup``'s marks per partition (``first``: as a new replay finds them, where it begins)."""
-        from confluent_kafka import TopicPartition
+    def _partitions(self) -> list[int]:
+        return sorted({letter.partition for letter in self._letters} | set(self._next) | set(self._bounds))
 
-        partitions = sorted({letter.partition for letter in self._letters} | set(self._next) | set(self._bounds))
-        if not partitions:
-            return {}
-        consumer = _consumer(self._conf(**{"group.id": self.group}))
-        try:
-            marks = committed(consumer, [TopicPartition(self.topic, p) for p in partitions], self.metadata_timeout_s)
-        finally:
-            consumer.close()
+    def _group_takes(self, first: bool = False, carry: bool = True) -> dict[int, Takes]:
+        """The marks per partition (``first``: as a new replay finds them, where it begins), as the marks topic
+        keeps them (or the group, for marks a regional before the marks topic kept there: carried over into the
+        topic when ``carry``)."""
+        partitions = self._partitions()
+        return self._takes_of(self.marks.read(partitions, carry=carry), first) if partitions else {}
+
+    def _takes_of(self, marks: Mapping[int, Mark], first: bool = False) -> dict[int, Takes]:
         mine = None if first or self._store is None else self._store.query_id()  # none yet: a new replay
         taken: dict[int, Takes] = {}
-        for tp in marks:
-            if tp.offset < 0:
-                continue
-            meta = _mark(tp.metadata)
+        for p, mark in sorted(marks.items()):
+            meta = mark.meta
             if meta.get("above") is None and meta.get("whole") is False and meta.get("replayed_by") != mine:
                 raise RegionalStoreError(
                     f"source=deadLetters: replay {meta.get('replayed_by')!r} took letters of {self.topic} partition "
-                    f"{tp.partition} beyond its mark (position {tp.offset}), too many to name in group {self.group!r}: "
+                    f"{p} beyond its mark (position {mark.offset}), too many to name in {self.marks.marks_topic}: "
                     "this replay would read them again. Let that replay go on from its own checkpointLocation, or "
-                    "give this one another replayGroup after deciding what it may read")
-            taken[tp.partition] = Takes.parse(tp.offset, meta.get("above"))
+                    "give this one another replayGroup and replayMarksTopic after deciding what it may read")
+            taken[p] = Takes.parse(mark.offset, meta.get("above"))
         return taken
 
     def _records(self, ends: Mapping[int, int] | None = None) -> dict[tuple[str, int], list[Letter]]:
@@ -601,11 +549,10 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         return TopicSplit(tuple(positions))
 
     def on_recorded(self, record: EpochRecord) -> None:
-        """Mark in ``replayGroup`` what was replayed, as of ``record``, by this replay and by any other as the
-        group says: each partition's first letter not replayed, and the letters beyond it that were. A mark never
-        passes a letter deleted before it was replayed (the next plan fails on it)."""
-        from confluent_kafka import TopicPartition
-
+        """Mark what was replayed, as of ``record``, by this replay and by any other as the marks say: each
+        partition's first letter not replayed, and the letters beyond it that were. A mark never passes a letter
+        deleted before it was replayed (the next plan fails on it). The marks are computed in the write's
+        transaction, from the marks as they are once every other writer is fenced: never overwritten."""
         self._hear(record)
         if not self._letters:
             self._read_topic()
@@ -616,39 +563,34 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
             log.info("regional: source=deadLetters: no topic ends kept for epoch %d; its marks wait for the next",
                      record.epoch)
             return
-        self._taken = self._group_takes()  # another replay's marks since: kept, never overwritten
-        lost = self._losses(self._kept()["versions"].get(str(record.epoch)), self._committed, seen)
+        partitions = self._partitions()
+        before = self.marks.read(partitions) if partitions else {}  # a group's older marks: carried over first
         positions: dict[int, list[int]] = {}
         for letter in self._letters:
             positions.setdefault(letter.partition, []).append(letter.position)
-        marks = []
-        for p, (mark, above, _) in self._progress(self._records(), self._committed, seen).items():
-            if p in lost and lost[p][0] < mark:  # every letter between stays marked replayed
-                mark, above = lost[p][0], sorted(o for o in positions.get(p, []) if lost[p][0] < o < mark) + above
-            meta = {"replayed_by": self._query_id(), "epoch": record.epoch,
-                    "above": runs_of(above, sorted(o for o in positions.get(p, []) if o > mark))}
-            text = json.dumps(meta, separators=(",", ":"))
-            if len(text) > MAX_MARK_METADATA:
-                text = json.dumps({"replayed_by": self._query_id(), "epoch": record.epoch, "above": None,
-                                   "whole": False}, separators=(",", ":"))
-            marks.append(TopicPartition(self.topic, p, mark, metadata=text))
-        if not marks:
-            return
+
+        def compute(current: dict[int, Mark]) -> list[Mark] | None:
+            latest = {**before, **current}
+            if any(latest[p].meta.get("replayed_by") == self._query_id()
+                   and int(latest[p].meta.get("epoch", -1)) > record.epoch for p in latest):
+                return None  # a later epoch's marks are there already: never go back
+            self._taken = self._takes_of(latest)  # another replay's marks since: kept, never overwritten
+            lost = self._losses(self._kept()["versions"].get(str(record.epoch)), self._committed, seen)
+            marks = []
+            for p, (mark, above, _) in self._progress(self._records(), self._committed, seen).items():
+                if p in lost and lost[p][0] < mark:  # every letter between stays marked replayed
+                    mark, above = lost[p][0], sorted(o for o in positions.get(p, []) if lost[p][0] < o < mark) + above
+                marks.append(Mark(p, mark, {"replayed_by": self._query_id(), "epoch": record.epoch,
+                                            "above": runs_of(above, sorted(o for o in positions.get(p, [])
+                                                                           if o > mark))}))
+            return marks
+
         failpoints.reach("before_marks", record.epoch)
-        consumer = _consumer(self._conf(**{"group.id": self.group}))
         try:
-            current = committed(consumer, [TopicPartition(self.topic, tp.partition) for tp in marks],
-                                 self.metadata_timeout_s)
-            newer = [tp for tp in current if _mark(tp.metadata).get("replayed_by") == self._query_id()
-                     and int(_mark(tp.metadata).get("epoch", -1)) > record.epoch]
-            if newer:  # a later epoch's marks are there already: never go back
-                return
-            consumer.commit(offsets=marks, asynchronous=False)
-        except Exception as exc:
-            raise KafkaError(f"source=deadLetters: could not mark epoch {record.epoch}'s letters as replayed in group "
-                             f"{self.group!r} of {self.topic} ({exc}); the next start marks them") from None
-        finally:
-            consumer.close()
+            self.marks.write(compute)
+        except KafkaError as exc:
+            raise KafkaError(f"{exc}. Epoch {record.epoch}'s letters are not marked replayed yet; the next start "
+                             "marks them (start no other replay of this topic before)") from None
 
     def _hear(self, record: EpochRecord) -> None:
         """Where each region is as of ``record``: what a plan, a split and the marks go by."""
@@ -663,88 +605,13 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
 
     # -- in the task -----------------------------------------------------------------------------
 
+    # -- in the task -----------------------------------------------------------------------------
+
     def read(self, region: str, start: int, end: int, split: TopicSplit,
              batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-        from confluent_kafka import KafkaError as RdKafkaError
-        from confluent_kafka import TopicPartition
-
-        if not split.positions:
-            return
-        wanted: dict[int, set[int]] = {}
-        for p, o in split.positions:
-            wanted.setdefault(p, set()).add(o)
-        found: dict[tuple[int, int], Any] = {}
-        consumer = _consumer(self._conf(**{"group.id": "regional-reader", "enable.partition.eof": True,
-                                           "auto.offset.reset": "error"}))
-        try:
-            consumer.assign([TopicPartition(self.topic, p, min(os)) for p, os in wanted.items()])
-            todo = {p: max(os) for p, os in wanted.items()}
-            deadline = time.monotonic() + self.poll_timeout_s
-            while todo:
-                messages = consumer.consume(num_messages=1000, timeout=POLL_S)
-                for m in messages:
-                    error = m.error()
-                    if error is not None:
-                        if error.code() == RdKafkaError._PARTITION_EOF:
-                            if m.partition() in todo:
-                                raise RegionalStoreError(
-                                    f"region {region!r}: the letters of [{start}, {end}) in {self.topic} partition "
-                                    f"{m.partition()} end before position {todo[m.partition()]}: deleted (retention) "
-                                    "or the topic was created again; they cannot be replayed")
-                        elif error.code() == RdKafkaError._AUTO_OFFSET_RESET or "out of range" in str(error).lower():
-                            raise RegionalStoreError(f"region {region!r}: letters of {self.topic} are no longer in "
-                                                     f"the topic (deleted by retention?): {error}")
-                        elif not error.retriable():
-                            raise KafkaError(f"region {region!r}: reading {self.topic} failed: {error}")
-                        continue
-                    p, position = m.partition(), m.offset()
-                    if position in wanted.get(p, ()):
-                        found[(p, position)] = m
-                    if p in todo and position >= todo[p]:
-                        del todo[p]
-                if messages:
-                    deadline = time.monotonic() + self.poll_timeout_s
-                elif time.monotonic() > deadline:
-                    raise KafkaError(f"region {region!r}: {self.topic} gave no letter for {self.poll_timeout_s:.0f} "
-                                     "s; is the broker up? kafkaConsumer.pollTimeoutMs sets the wait")
-        finally:
-            consumer.close()
-        rows = []
-        for p, o in split.positions:
-            m = found.get((p, o))
-            if m is None:
-                raise RegionalStoreError(f"region {region!r}: the letter at {self.topic} partition {p} position {o} "
-                                         "is gone (an aborted transaction's, or deleted): it cannot be replayed")
-            row = self._row(m)
-            if row.get("region") != region or not (start <= int(row.get("offset", -1)) < end):
-                raise RegionalStoreError(f"the letter at {self.topic} partition {p} position {o} is region "
-                                         f"{row.get('region')!r} offset {row.get('offset')}, not one of region "
-                                         f"{region!r}'s [{start}, {end}): the topic was created again")
-            rows.append(row)
-        table = pa.Table.from_pylist(rows, schema=self.schema)
-        yield from table.to_batches(max_chunksize=batch_rows)
-
-    def _row(self, m: Any) -> dict[str, Any]:
-        """A letter as the row its source read, typed by the replay's schema."""
-        pairs = m.headers() or []
-        headers = _headers(m)
-        letter_schema = _schema(headers[HEADER + "schema"])
-        if HEADER + "row" in headers:  # a Kafka source's record: its key, value and own headers, then the rest
-            raw = json.loads(headers[HEADER + "row"])
-            raw["value"] = m.value()
-            if "key" in letter_schema.names:
-                raw["key"] = m.key()
-            if "headers" in letter_schema.names:
-                own = headers.get(HEADER + "source.headers", b"null")
-                raw["headers"] = None if own == b"null" else [{"key": k, "value": v} for k, v in pairs[:int(own)]]
-        else:
-            raw = json.loads(m.value())
-        unknown = [n for n in raw if n not in self.schema.names]
-        if unknown:
-            raise RegionalStoreError(f"the letter at {self.topic} partition {m.partition()} position {m.offset()} "
-                                     f"has columns {unknown} this replay's schema lacks (a letter that arrived after "
-                                     "the replay started, of a changed schema): start the replay again")
-        return {f.name: _typed(raw.get(f.name), f.type) for f in self.schema}
+        rows = read_letters(self._conf(), self.topic, region, start, end, split, self.poll_timeout_s, self.schema)
+        if rows:
+            yield from pa.Table.from_pylist(rows, schema=self.schema).to_batches(max_chunksize=batch_rows)
 
 
 def topic_summary(options: Mapping[str, str]) -> DeadLetterSummary:
@@ -762,56 +629,8 @@ def topic_summary(options: Mapping[str, str]) -> DeadLetterSummary:
         seen.append((letter, int(epoch) if epoch is not None else -1, f"{error}: {message}" if message else error))
 
     source._read_topic(visit=visit)
-    taken = source._group_takes(first=True)
+    taken = source._group_takes(first=True, carry=False)  # reads; never writes
     for letter, epoch, error in seen:
         out.add(letter.region, letter.offset, epoch, error, letter.position in taken.get(letter.partition, Takes()))
     return out
 
-
-def _typed(value: Any, kind: pa.DataType) -> Any:
-    """A JSON value (as ``kafka_topic`` wrote it: bytes as base64, times as ISO text) as Arrow takes ``kind``."""
-    if value is None or isinstance(value, bytes):
-        return value
-    if pa.types.is_floating(kind) and isinstance(value, str):  # NaN and infinities travel as text (Jackson's way)
-        return float(value)
-    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-        return base64.b64decode(value)
-    if pa.types.is_timestamp(kind):
-        return datetime.datetime.fromisoformat(value)
-    if pa.types.is_date(kind):
-        return datetime.date.fromisoformat(value)
-    if pa.types.is_decimal(kind):
-        return decimal.Decimal(value)
-    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-        return [_typed(v, kind.value_type) for v in value]
-    if pa.types.is_map(kind):
-        return [(_typed(k, kind.key_type), _typed(v, kind.item_type)) for k, v in
-                (value.items() if isinstance(value, dict) else value)]
-    if pa.types.is_struct(kind):
-        return {kind.field(i).name: _typed(value.get(kind.field(i).name), kind.field(i).type)
-                for i in range(kind.num_fields)}
-    return value
-
-
-@functools.lru_cache(maxsize=64)  # every letter of a query carries the same few schemas
-def _schema(header: bytes) -> pa.Schema:
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(header)))
-
-
-def _headers(m: Any) -> dict[str, bytes]:
-    """The letter's headers by name; regional's come last, so the last of a name wins."""
-    return {k: v for k, v in (m.headers() or []) if v is not None}
-
-
-def _mark(metadata: str | None) -> dict[str, Any]:
-    try:
-        value = json.loads(metadata or "{}")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _consumer(conf: Mapping[str, Any]) -> Any:
-    from confluent_kafka import Consumer
-
-    return Consumer(dict(conf))
