@@ -10,9 +10,12 @@ listing per region would be 1,000 (at S3's $0.005 per 1,000 LISTs, $0.005 an epo
 10 s). Deleting processed files keeps the listing short. Each new object is then read once by the driver (in
 parallel), to count its lines and take its SHA-256, as on a local disk, and once by the task that reads it.
 
-- A region is the first component of a key under ``path``; objects deeper down are not read (as
-  subdirectories are not on disk), objects directly under ``path`` belong to no region. A component starting
-  with ``.`` or ``_`` hides the object (``_temporary/``, ``.staging``).
+- A region is the first component of a key under ``path``; a file of it is the rest of the key, at any depth
+  (``us/date=2026-11-26/part-0.txt`` is ``date=2026-11-26/part-0.txt`` of region ``us``), as on disk. An object
+  directly under ``path`` belongs to no region and fails the query. A component hidden as Spark's listing hides
+  it (``.`` first, or ``_`` first without ``=``: ``_temporary/``, ``.staging``) hides the object.
+- Records, codecs and compressed copies of known files (logrotate's ``compress``) as on disk
+  (``regional.inputs.files``). A compressed copy is recognised by its decompressed bytes, here as on disk.
 - A region whose objects were all deleted has no prefix any more: it is a removed region directory, which
   may go once all its records are published (it keeps its offsets, should it come back).
 

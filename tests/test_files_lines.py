@@ -1,0 +1,212 @@
+"""source=files as Spark's text source reads (issue 46), without Spark: records and their count over chunks, codecs,
+nested directories, pathGlobFilter, compressed copies of known files, and checkpoints counted by the old rules.
+The differential tests against spark.read.text itself are in integration/test_files_like_spark.py."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import random
+
+import pytest
+
+from regional.errors import RegionalConfigError
+from regional.inputs import files
+from regional.inputs.files.lines import BOM, CorruptFile, LineFormat, decompress
+from regional.inputs.files.manifest import glob_regex
+from regional.store import EpochKind, EpochRecord, RegionState, Store
+
+
+def write(path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def source(inp, ck, **options):
+    s = files.create({"path": str(inp), **options})
+    s.use_store(Store(ck))
+    return s
+
+
+def commit(ck, epoch, committed):
+    Store(ck).write_record(EpochRecord(epoch, EpochKind.GLOBAL, {}, {},
+                                       {r: RegionState(o, epoch) for r, o in committed.items()}))
+
+
+def read_all(s, region, start, end):
+    return [row["value"] for b in s.read(region, start, end, s.split(region, start, end)) for row in b.to_pylist()]
+
+
+def hadoop_lines(data: bytes) -> list[str]:
+    """Hadoop's LineRecordReader, as measured with spark.read.text: a BOM at the start dropped; \\n, \\r\\n, \\r."""
+    data = data.removeprefix(BOM)
+    text = data.decode("utf-8", errors="replace")
+    return text.splitlines() if data else []
+
+
+def test_the_driver_counts_over_chunks_what_the_task_splits_a_cr_lf_across_chunks_is_one_break():
+    rng = random.Random(46)
+    for _ in range(3000):
+        data = bytes(rng.choice(b"ab\r\n\xef\xbb\xbf") for _ in range(rng.randint(0, 30)))
+        if rng.random() < 0.3:
+            data = BOM + data
+        cuts = sorted(rng.sample(range(len(data) + 1), k=min(len(data) + 1, rng.randint(0, 6))))
+        chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+        size, lines, digest, content = LineFormat().fingerprint("f.txt", iter(chunks))
+        records = LineFormat().records(data).to_pylist()
+        assert (size, lines, content) == (len(data), len(records), None), (data, chunks)
+        assert digest == hashlib.sha256(data).hexdigest()[:32]
+        assert records == hadoop_lines(data), data
+
+
+def test_line_sep_and_wholetext_count_what_they_split():
+    cases = [b"", b"|", b"a|b\nc||d|", b"\xef\xbb\xbfa|b", b"||", b"a", b"a\r\n|"]
+    for data in cases:
+        for fmt in (LineFormat("|"), LineFormat("||"), LineFormat("\r\n"), LineFormat(wholetext=True)):
+            records = fmt.records(data).to_pylist()
+            assert fmt.count(data) == len(records) == fmt.fingerprint("f", [data])[1], (fmt, data)
+    assert LineFormat("|").records(b"a|b\nc||d|").to_pylist() == ["a", "b\nc", "", "d"]  # as spark.read.text
+    assert LineFormat("||").records(b"a|b\nc||d|").to_pylist() == ["a|b\nc", "d|"]
+    assert LineFormat("\r").records(b"a\rb\r\nc\nd").to_pylist() == ["a", "b", "\nc\nd"]
+    assert LineFormat(wholetext=True).records(b"\xef\xbb\xbfa\r\nb").to_pylist() == ["\ufeffa\r\nb"]  # BOM kept
+    assert LineFormat(wholetext=True).records(b"").to_pylist() == []
+
+
+def test_a_corrupt_compressed_file_is_named_and_hadoop_block_framing_is_checked():
+    with pytest.raises(CorruptFile, match="not valid gzip"):
+        decompress("gzip", b"plain text")
+    with pytest.raises(CorruptFile):
+        decompress("lz4", b"\x00\x00\x00\x10\x00\x00\x00\x04abcd")  # a block of 16 bytes, a chunk that is not LZ4
+    with pytest.raises(CorruptFile, match="truncated"):
+        decompress("snappy", b"\x00\x00\x00\x10\x00\x00")
+    assert decompress("gzip", gzip.compress(b"a\n") + gzip.compress(b"b\n")) == b"a\nb\n"  # members concatenated
+
+
+def test_nested_directories_are_read_in_one_documented_order_and_hidden_ones_are_not(tmp_path):
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+    write(inp / "r" / "b.txt", b"b\n")
+    write(inp / "r" / "a" / "z.txt", b"az\n")
+    write(inp / "r" / "a" / "deeper" / "y.txt", b"ady\n")
+    write(inp / "r" / "_tmp" / "x.txt", b"hidden\n")
+    write(inp / "r" / ".git" / "x.txt", b"hidden\n")
+    write(inp / "r" / "c.txt._COPYING_", b"hidden\n")
+    s = source(inp, ck)
+    assert s.available(0) == {"r": 3}
+    assert read_all(s, "r", 0, 3) == ["ady", "az", "b"]  # one listing: by path under the region
+    commit(ck, 0, {"r": 3})
+    write(inp / "r" / "a" / "0.txt", b"late\n")  # sorts first, arrives later: after every known file
+    os.rename(inp / "r" / "a" / "z.txt", inp / "r" / "moved-up.txt")  # a rename across directories: the same file
+    (inp / "r" / "b.txt").unlink()  # a processed file deleted: harmless
+    assert s.available(1) == {"r": 4}
+    assert s.available(2) == {"r": 4}
+    assert read_all(s, "r", 3, 4) == ["late"]
+    assert sorted((f.name, f.first_offset) for f in s.manifest()["r"].files.values()) == [
+        ("a/0.txt", 3), ("a/deeper/y.txt", 0), ("moved-up.txt", 1)]
+
+
+def test_a_file_directly_under_path_and_partition_directories_are_never_silence(tmp_path):
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+    write(inp / "r" / "a.txt", b"a\n")
+    write(inp / "stray.txt", b"no region's\n")
+    with pytest.raises(RegionalConfigError, match=r"'stray\.txt' is a file directly under path"):
+        source(inp, ck).available(0)
+    (inp / "stray.txt").unlink()
+    write(inp / "date=2026-11-26" / "p.txt", b"p\n")
+    with pytest.raises(RegionalConfigError, match=r"'date=2026-11-26' under .* looks like a partition directory"):
+        source(inp, ck).available(0)
+    os.rename(inp / "date=2026-11-26", inp / "r" / "date=2026-11-26")
+    with pytest.raises(RegionalConfigError, match="recursiveFileLookup"):
+        source(inp, ck).available(0)
+    s = source(inp, ck, recursiveFileLookup="true")
+    assert s.available(0) == {"r": 2}
+    assert read_all(s, "r", 0, 2) == ["a", "p"]
+
+
+def test_path_glob_filter_is_hadoops_glob_on_the_files_own_name(tmp_path):
+    def matches(pattern, name):
+        return glob_regex(pattern).fullmatch(name) is not None
+
+    assert matches("*.txt", "a.txt") and not matches("*.txt", "a.txt.gz")
+    assert matches("part-{0,1}?.log", "part-1x.log") and not matches("part-{0,1}?.log", "part-2x.log")
+    assert matches("[^a]*", "b") and not matches("[!a]*", "a") and matches(r"a\*", "a*")
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+    write(inp / "r" / "keep.log", b"k\n")
+    write(inp / "r" / "sub" / "also.log", b"s\n")
+    write(inp / "r" / "skip.txt", b"x\n")
+    s = source(inp, ck, pathGlobFilter="*.log")
+    assert s.available(0) == {"r": 2}
+    assert read_all(s, "r", 0, 2) == ["k", "s"]
+
+
+def test_a_compressed_copy_of_a_known_file_is_that_file_and_takes_its_place_once_it_is_gone(tmp_path, caplog):
+    """logrotate's compress + delaycompress: app.log.2.gz holds app.log.2's bytes; the original is deleted after.
+    Its unpublished records are read from the .gz, and nothing is read twice."""
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+    text = b"l0\nl1\r\nl2\rl3\n"
+    write(inp / "r" / "app.log.2", text)
+    s = source(inp, ck)
+    assert s.available(0) == {"r": 4}
+    commit(ck, 0, {"r": 2})  # l0, l1 published; l2, l3 not yet
+    write(inp / "r" / "app.log.2.gz", gzip.compress(text))
+    assert s.available(1) == {"r": 4}  # both there: the .gz is app.log.2, not new input
+    assert "app.log.2.gz" in caplog.text and "not read twice" in caplog.text
+    (inp / "r" / "app.log.2").unlink()
+    assert s.available(2) == {"r": 4}
+    assert s.available(3) == {"r": 4}  # no loss reported: the .gz holds the offsets
+    assert [(f.name, f.first_offset, f.lines) for f in s.manifest()["r"].files.values()] == [("app.log.2.gz", 0, 4)]
+    assert read_all(s, "r", 2, 4) == ["l2", "l3"]
+    write(inp / "r" / "other.gz", gzip.compress(b"new\n"))  # any other compressed file is new input
+    assert s.available(4) == {"r": 5}
+    assert read_all(s, "r", 4, 5) == ["new"]
+
+
+def test_the_line_format_is_fixed_for_the_checkpoint_and_refused_changed_with_safe_advice(tmp_path):
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+    write(inp / "r" / "a.txt", b"a|b\n")
+    assert source(inp, ck, lineSep="|").available(0) == {"r": 2}
+    for options in ({}, {"wholetext": "true"}, {"lineSep": "\n"}):
+        with pytest.raises(RegionalConfigError, match=r"counted the lines of its files with lineSep='\|'.*new "
+                                                      r"checkpointLocation and a new, empty target"):
+            source(inp, ck, **options).available(1)
+    assert source(inp, ck, lineSep="|").available(1) == {"r": 2}
+
+
+def test_options_spark_has_and_regional_refuses_are_refused_at_start(tmp_path):
+    for options, says in [({"encoding": "UTF-16"}, "only UTF-8"), ({"charset": "latin1"}, "only UTF-8"),
+                          ({"ignoreMissingFiles": "true"}, "lose its records"), ({"lineSep": ""}, "empty string"),
+                          ({"wholetext": "yes"}, "true or false")]:
+        with pytest.raises(RegionalConfigError, match=says):
+            files.create({"path": str(tmp_path), **options})
+    assert files.create({"path": str(tmp_path), "encoding": "utf8", "ignoreCorruptFiles": "false"}) is not None
+    declared = {o.name for o in files.OPTIONS.options}
+    spark_options = {"lineSep", "wholetext", "encoding", "charset", "pathGlobFilter", "recursiveFileLookup",
+                     "basePath", "ignoreCorruptFiles", "ignoreMissingFiles", "maxFilesPerTrigger", "maxBytesPerTrigger",
+                     "latestFirst", "maxFileAge", "cleanSource", "sourceArchiveDir", "fileNameOnly",
+                     "modifiedBefore", "modifiedAfter", "maxCachedFiles", "discardCachedInputRatio", "compression"}
+    assert spark_options <= declared
+
+
+def test_a_checkpoint_counted_by_the_old_rules_keeps_reading_its_files_as_they_were_counted(tmp_path):
+    """Before issue 46, '\\n' alone ended a line: 'a1\\rb1\\n' was one record. Its manifest (no "rules") keeps that
+    file's offsets meaning what they meant; files new to it are read as Spark reads them."""
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+    old = b"\xef\xbb\xbfa1\rb1\nc1\n"
+    write(inp / "r" / "old.txt", old)
+    st = (inp / "r" / "old.txt").stat()
+    digest = hashlib.sha256(old).hexdigest()[:32]
+    Store(ck).source_log("files").write_snapshot({  # what the code before wrote: no "rules", no "format"
+        "source": "files", "path": str(inp),
+        "regions": {"r": {"end": 2, "next": 1, "files": [[0, "old.txt", 0, 2, len(old), st.st_ino, st.st_mtime_ns,
+                                                             digest, False]]}}})
+    commit(ck, 0, {"r": 1})
+    write(inp / "r" / "new.txt", b"\xef\xbb\xbfx\ry\n")
+    s = source(inp, ck)
+    assert s.available(1) == {"r": 4}
+    assert read_all(s, "r", 1, 4) == ["c1", "x", "y"]
+    assert read_all(s, "r", 0, 1) == ["\ufeffa1\rb1"]  # as it was counted (and published) then
+    s2 = source(inp, ck)  # a restart reads the manifest it wrote since: the same rules per file
+    assert s2.available(2) == {"r": 4}
+    assert read_all(s2, "r", 0, 4) == ["\ufeffa1\rb1", "c1", "x", "y"]
