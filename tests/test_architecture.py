@@ -114,9 +114,8 @@ def cycle_in(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-# files -> object_files (deferred) closes a cycle that issue 46's change of the files source removes: drop this
-# line when it lands (the test then holds the files source to it too).
-PENDING = {("regional.inputs.files", "regional.inputs.object_files")}
+# Import edges a change under way still needs; none now (the files source's cycle went with issue 46).
+PENDING: set[tuple[str, str]] = set()
 
 
 def test_no_import_cycles_among_the_sources_even_deferred():
