@@ -12,11 +12,14 @@ import shlex
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyspark_regional
 from regional.errors import RegionalConfigError, RegionalError
 from regional.protocol.settings import CONF_PREFIX, Settings, resolve_settings
 from regional.spark import shim
@@ -30,6 +33,11 @@ if TYPE_CHECKING:
     from regional.store.status import Progress
 
 log = logging.getLogger("regional")
+
+# Imported in every Python worker that runs regional's code (its source and sink, and pyspark's planner workers
+# that unpickle its data source: regional/__init__ imports this module): idle workers end without printing
+# pyspark's BrokenPipeError (see pyspark_regional).
+pyspark_regional.quiet_idle_workers()
 
 # Delta Lake's JVM artifact for the pinned pyspark (see setup.cfg), and the Spark line it is built for.
 DELTA_PACKAGE = "io.delta:delta-spark_4.2_2.13:4.4.0"
@@ -81,7 +89,28 @@ def register(spark: SparkSession) -> None:
         # logs and ends bounded queries (over Spark Connect, pyspark 4.2 runs it in the client's process).
         _listeners[id(spark)] = RegionalListener(spark, record_settings=not state.loaded)
         spark.streams.addListener(_listeners[id(spark)])
-        atexit.register(_detach, spark)
+        if connect:
+            _at_thread_exit(lambda: _detach(spark))
+        else:
+            atexit.register(_detach, spark)
+
+
+def _at_thread_exit(call: Callable[[], None]) -> None:
+    """Run ``call`` when the main thread ends, before Python joins the threads that are not daemons.
+
+    A Spark Connect client's listener bus is such a thread (pyspark 4.2 starts it, not as a daemon, with the first
+    listener, and it waits for the server's events until the last listener is removed). ``atexit`` runs only after
+    those threads are joined, so a script that ended without ``spark.stop()`` waited for ever; ``threading``'s own
+    exit hooks run first (``threading._register_atexit``, what ``concurrent.futures`` uses), so removing the
+    listener there ends the bus as ``spark.stop()`` would. Without that hook (another Python), ``atexit``."""
+    register = getattr(threading, "_register_atexit", None)
+    if register is None:
+        atexit.register(call)
+        return
+    try:
+        register(call)
+    except RuntimeError:  # the interpreter is already shutting down: nothing will wait for the bus
+        pass
 
 
 def _export_storage_conf(spark: SparkSession) -> None:
@@ -119,8 +148,11 @@ def _detach(spark: SparkSession) -> None:
         # Over Spark Connect the listener is the client's and the queries are the server's: they run on
         # without this process (until the server ends the session), as Connect's own queries do.
         if not getattr(spark, "is_stopped", False):  # a Connect session's property
-            with contextlib.suppress(Exception):  # the server is already gone
-                spark.streams.removeListener(listener)
+            # The server already gone: pyspark warns that the listener stays, though its bus has ended with the
+            # connection. Nothing is left to remove, so nothing to say at exit.
+            with contextlib.suppress(Exception), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                spark.streams.removeListener(listener)  # ends the client's listener bus thread
         return
     try:
         spark.streams.removeListener(listener)
@@ -192,7 +224,8 @@ def stop(query: StreamingQuery, timeout: float = 60.0, checkpoint: str | None = 
                 # retries it. Waiting out the timeout would change nothing.
                 log.warning("regional: stopping with region(s) %s waiting to retry an isolated record "
                             "(deadLetterRetries); the next start retries them",
-                            ", ".join(sorted(r for r, s in latest.regions.items() if s.failed_alone)[:10]))
+                            ", ".join(sorted(r for r, s in latest.regions.items()
+                                             if s.failed_alone_at is not None)[:10]))
                 break
             time.sleep(0.1)
         if not done:
@@ -211,7 +244,7 @@ def _only_retries_behind(record: EpochRecord) -> bool:
     """Every region behind waits for a retry of its isolated record, and none was cut (``EpochRecord.whole`` but
     for those)."""
     behind = [s for s in record.regions.values() if s.state is not Standing.OK]
-    return (bool(behind) and all(s.failed_alone for s in behind)
+    return (bool(behind) and all(s.failed_alone_at is not None for s in behind)
             and not any(c.cut for c in record.committed.values()))
 
 
