@@ -210,3 +210,39 @@ def test_a_checkpoint_counted_by_the_old_rules_keeps_reading_its_files_as_they_w
     s2 = source(inp, ck)  # a restart reads the manifest it wrote since: the same rules per file
     assert s2.available(2) == {"r": 4}
     assert read_all(s2, "r", 0, 4) == ["\ufeffa1\rb1", "c1", "x", "y"]
+
+
+@pytest.mark.parametrize("seen_mid_way", [False, True], ids=["whole", "mid-way"])
+def test_logrotate_compress_and_delaycompress_rotations_read_every_line_once(tmp_path, seen_mid_way):
+    """Each rotation as logrotate makes it: the .1 moves to .2 and is compressed to .2.gz, then the .2 is removed;
+    .2.gz moves to .3.gz at the next. ``seen_mid_way``: a listing also sees the .2 (just renamed) beside its .2.gz."""
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+    log = inp / "r"
+    days = [[f"day{d}-{i}" for i in range(3 + d)] for d in range(5)]
+    text = ["".join(v + "\n" for v in day).encode() for day in days]
+    published: list[str] = []
+    s = source(inp, ck)
+
+    def run(epoch):
+        end = s.available(epoch)["r"]
+        published.extend(read_all(s, "r", len(published), end))
+        commit(ck, epoch, {"r": end})
+
+    write(log / "app.log", text[0])
+    run(0)
+    for day in range(1, 5):
+        if (log / "app.log.2.gz").exists():
+            os.rename(log / "app.log.2.gz", log / "app.log.3.gz")
+        if (log / "app.log.1").exists():
+            os.rename(log / "app.log.1", log / "app.log.2")
+            write(log / "app.log.2.gz", gzip.compress((log / "app.log.2").read_bytes()))
+            if seen_mid_way:
+                os.rename(log / "app.log", log / "app.log.1")
+                run(day + 200)
+            (log / "app.log.2").unlink()
+        if not (log / "app.log.1").exists():
+            os.rename(log / "app.log", log / "app.log.1")
+        write(log / "app.log", text[day])
+        run(day)
+        run(day + 100)  # a second listing: whatever went missing is dropped, nothing read again
+    assert published == [v for day in days for v in day]

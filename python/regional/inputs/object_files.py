@@ -272,18 +272,10 @@ class ObjectFiles(FilesInput):
         missing = {seq: s for seq, s in known.files.items() if seq not in live}
         done = committed(region)
         moved: set[int] = set()
-        for name in sorted([n for n in objects if n not in known.names] + reused):
+        names = sorted([n for n in objects if n not in known.names] + reused)
+        decided: set[str] = set()
+        for name in names:  # moves first: a compressed copy is judged knowing where every original is now
             content = read[name]
-            if content.content is not None:  # compressed: a compressed copy of a known file is that file
-                original = next((s for s in known.files.values() if s.seq not in moved
-                                 and (s.size, s.digest) == content.content and s.lines == content.lines), None)
-                if original is not None and at_its_name(original.seq):
-                    continue  # the uncompressed file is still there: this is it, once that one is gone
-                if original is not None:
-                    moved.add(original.seq)
-                    change.put.append(replace(original, name=name, size=content.size, digest=content.digest,
-                                              etag=content.etag, gone=False, rules=RULES))
-                    continue
             # A file with records unpublished whose name went missing in this very listing, and its bytes under a
             # new name: moved (its deletion would otherwise fail the query, and its records be read twice). Under
             # its own name: put back. Nothing else is matched: the same bytes again are new input, as in Spark's
@@ -293,8 +285,29 @@ class ObjectFiles(FilesInput):
                           and (s.size, s.digest) == (content.size, content.digest)), None)
             if found is not None:
                 moved.add(found.seq)  # the same file, never read again
+                decided.add(name)
                 change.put.append(replace(found, name=name, etag=content.etag, gone=False))
-            else:
+        copied: set[int] = set()
+        for name in names:
+            content = read[name]
+            if name in decided or content.content is None:
+                continue
+            # A compressed copy of a known file (logrotate's compress) is that file: while the original is still
+            # there (at its name, or moved in this listing) it is not read; once it is gone, it takes its place.
+            original = next((s for s in known.files.values() if s.seq not in copied
+                             and (s.size, s.digest) == content.content and s.lines == content.lines), None)
+            if original is None:
+                continue
+            decided.add(name)
+            if at_its_name(original.seq) or original.seq in moved:
+                continue
+            copied.add(original.seq)
+            moved.add(original.seq)
+            change.put.append(replace(original, name=name, size=content.size, digest=content.digest,
+                                      etag=content.etag, gone=False, rules=RULES))
+        for name in names:
+            if name not in decided:
+                content = read[name]
                 change.add_file(name, content.lines, content.size, content.digest, etag=content.etag)
         self._missing_all(region, [s for seq, s in missing.items() if seq not in moved], change, committed)
         return change

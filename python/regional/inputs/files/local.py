@@ -234,30 +234,43 @@ class LocalFiles(FilesInput):
                 live.discard(linked)
         missing = {seq: s for seq, s in known.files.items() if seq not in live}
         renamed: set[int] = set()
+        looked: list[tuple[str, Fingerprint]] = []
         for name in new_names:
             fp = listed.fingerprint(name)
             if fp is None:
                 vanished = True
                 continue  # gone while looked at: the next listing sees it, or not
-            if fp.content is not None:  # compressed: a compressed copy of a known file is that file
-                original = next((s for s in known.files.values() if s.seq not in renamed
-                                 and (s.size, s.digest) == fp.content and s.lines == fp.lines), None)
-                if original is not None and original.seq in live:
-                    self._warn_once(region, name, "is %r compressed (offsets [%d, %d)): the same records, not read "
-                                    "twice; it is that file once %r is gone", original.name, original.first_offset,
-                                    original.end, original.name)
-                    continue
-                if original is not None:
-                    renamed.add(original.seq)
-                    change.put.append(replace(original, name=name, size=fp.size, digest=fp.digest, inode=fp.inode,
-                                              mtime_ns=fp.mtime_ns, gone=False, rules=RULES))
-                    continue
+            looked.append((name, fp))
+        decided: set[str] = set()
+        for name, fp in looked:  # renames first: a compressed copy is judged knowing where every original is now
             found = self._match_missing(region, name, fp, missing, renamed, committed, directory)
             if found is not None:
                 renamed.add(found.seq)
+                decided.add(name)
                 change.put.append(replace(found, name=name, inode=fp.inode, mtime_ns=fp.mtime_ns, gone=False))
+        copied: set[int] = set()
+        for name, fp in looked:
+            if name in decided or fp.content is None:
                 continue
-            change.add_file(name, fp.lines, fp.size, fp.digest, fp.inode, fp.mtime_ns)
+            # A compressed copy of a known file (logrotate's compress) is that file: while the original is still
+            # there (under its name, or renamed in this listing) it is not read; once it is gone, it takes its place.
+            original = next((s for s in known.files.values() if s.seq not in copied
+                             and (s.size, s.digest) == fp.content and s.lines == fp.lines), None)
+            if original is None:
+                continue
+            decided.add(name)
+            if original.seq in live or original.seq in renamed:
+                self._warn_once(region, name, "is %r compressed (offsets [%d, %d)): the same records, not read "
+                                "twice; it takes that file's place once the file is gone", original.name,
+                                original.first_offset, original.end)
+                continue
+            copied.add(original.seq)
+            renamed.add(original.seq)
+            change.put.append(replace(original, name=name, size=fp.size, digest=fp.digest, inode=fp.inode,
+                                      mtime_ns=fp.mtime_ns, gone=False, rules=RULES))
+        for name, fp in looked:
+            if name not in decided:
+                change.add_file(name, fp.lines, fp.size, fp.digest, fp.inode, fp.mtime_ns)
         if not vanished:
             self._missing_all(region, [s for seq, s in missing.items() if seq not in renamed], change, committed)
         # else a file went between the listing and the look at its content: a rename in flight, perhaps of a
