@@ -23,18 +23,19 @@ T0 = 1_700_000_000.0
 
 
 def waiting(offset: int = 37, tries: int = 1, at: float = T0) -> RegionState:
-    """Region a, its record at ``offset`` isolated and failed alone ``tries`` times, the last at ``at``."""
+    """Region a, its record at ``offset`` isolated and failed alone ``tries`` times, the last at ``at``; it failed alone
+    in epoch 7 and its probe passed in epoch 8, so its next failure alone (epoch 9 on) is a try."""
     return RegionState(offset, 3, 0, Standing.QUARANTINED, "failed alone", isolating=(offset, offset + 1),
-                       failed_alone=tries, failed_alone_at=at)
+                       failed_alone=tries, failed_alone_at=at, alone_since=7, probe_passed=8)
 
 
 def planned(plan: EpochPlan) -> list[tuple[str, int, int, bool]]:
     return [(r.region, r.start, r.end, r.isolated) for r in plan.regions]
 
 
-def test_the_settings_default_to_todays_behaviour_and_bad_values_name_the_option():
+def test_the_settings_default_to_four_retries_a_minute_apart_and_bad_values_name_the_option():
     s = resolve_settings({}, {}, {})
-    assert (s.dead_letter_retries, s.dead_letter_retry_backoff_s) == (0, 0.0)
+    assert (s.dead_letter_retries, s.dead_letter_retry_backoff_s) == (4, 60.0)
     s = resolve_settings({"spark.regional.deadLetterRetries": "3"}, {"deadletterretrybackoff": "2 minutes"}, {})
     assert (s.dead_letter_retries, s.dead_letter_retry_backoff_s) == (3, 120.0)
     assert resolve_settings({}, {"deadLetterRetryBackoff": "0"}, {}).dead_letter_retry_backoff_s == 0.0
@@ -78,11 +79,12 @@ def test_a_record_is_dead_lettered_on_its_last_try_each_retry_no_sooner_than_the
         record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, {"a": {37: math.inf}})), record, now=now)
         assert record.kind is not EpochKind.ABORTED and "b" in record.committed
         a = record.regions["a"]
-        if "a" in record.fallen_back and "failed alone" in (a.reason or ""):
+        if "a" in record.fallen_back and a.failed_alone > len(failed_alone):  # a try
             failed_alone.append(now)
             assert a.failed_alone == len(failed_alone) and a.failed_alone_at == now and a.isolating == (37, 38)
             assert f"failed alone {len(failed_alone)} of 3 times" in a.reason and "retried after" in a.reason
-            assert a.consecutive_failures == 0  # a retry is no failure of the region: nothing is forced
+        if "a" in record.fallen_back:
+            assert a.consecutive_failures == 0  # records of a beside it pass: no failure of the region
         letters += [(epoch, now, d.offset) for d in record.dead_lettered.values()]
         if letters:
             break
@@ -123,28 +125,39 @@ def test_a_record_that_passes_on_a_retry_is_committed_and_its_count_reset():
 
 
 def test_a_failure_without_evidence_is_no_try():
-    """The record fails alone, but nothing beside it passes (no neighbours read, no other region with work): an
-    outage by the rule. It is neither dead-lettered nor counted as a try, even on what would be its last try."""
+    """The record fails alone, but nothing beside it passes (no neighbours read: the region's only record; other
+    regions are no evidence): an outage by the rule. It is neither dead-lettered nor counted as a try, even on what
+    would be its last try; it waits a short back-off. Records after it arrive: they pass, then it fails alone again:
+    that is its last try, dead-lettered."""
     s = with_dead_letters(dead_letter_retries=1, dead_letter_retry_backoff_s=5.0)
-    previous = EpochRecord(8, EpochKind.REGIONAL, {}, {}, {"a": waiting(offset=0, tries=1)}, recorded_at=T0)
-    plan = plan_epoch(9, "q", "ck", previous.regions, {"a": 1}, s, now=T0 + 5)
-    assert planned(plan) == [("a", 0, 1, True)] and not plan.probes
+    previous = EpochRecord(8, EpochKind.REGIONAL, {}, {}, {"a": waiting(offset=0, tries=1)._replace(
+        probe_passed=None), "b": RegionState(0, 8)}, recorded_at=T0)
+    plan = plan_epoch(9, "q", "ck", previous.regions, {"a": 1, "b": 5}, s, now=T0 + 5)
+    assert planned(plan) == [("a", 0, 1, True), ("b", 0, 5, False)] and not plan.probes
     record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, {"a": {0: math.inf}})), previous, now=T0 + 5)
     a = record.regions["a"]
-    assert not record.dead_lettered and "no records beside it passed" in (a.reason or "")
-    assert (a.failed_alone, a.failed_alone_at, a.consecutive_failures) == (1, T0, 1) and record.outage_epochs == 1
-    # with evidence (its probe passes), the same failure is its last try: dead-lettered
+    assert not record.dead_lettered and "no neighbour in its region to try" in (a.reason or "")
+    assert "looks like an outage" in a.reason and "b" in record.committed  # b passing is no evidence
+    assert (a.failed_alone, a.failed_alone_at, a.alone_waits, a.consecutive_failures) == (1, T0 + 5, 1, 1)
+    assert retry_due(a, s) == T0 + 6  # a short back-off, not deadLetterRetryBackoff
     plan = plan_epoch(10, "q", "ck", record.regions, {"a": 3}, s, now=T0 + 6)
+    assert [(r.start, r.end) for r in plan.probes] == [(1, 2), (2, 3)]  # records after it, each on its own
     record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, {"a": {0: math.inf}})), record, now=T0 + 6)
+    assert not record.dead_lettered and record.regions["a"].probe_passed == 10
+    assert record.regions["a"].consecutive_failures == 1  # evidence gathered: no failure of the region
+    plan = plan_epoch(11, "q", "ck", record.regions, {"a": 3}, s, now=T0 + 8)
+    record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, {"a": {0: math.inf}})), record, now=T0 + 8)
     assert record.dead_lettered["a"].offset == 0 and record.regions["a"].failed_alone == 0
 
 
 def test_a_retry_is_not_an_outage_and_does_not_count_towards_max_failure_ratio():
     """Only a's isolated record fails, its probe passes: the epoch is not aborted (maxFailureRatio=0), no backoff."""
     s = with_dead_letters(dead_letter_retries=1, max_failure_ratio=0.0)
-    plan = plan_epoch(9, "q", "ck", {"a": waiting(tries=0)._replace(failed_alone_at=None)}, {"a": 50}, s, now=T0)
+    states = {"a": waiting(tries=0)._replace(failed_alone_at=None)}
+    plan = plan_epoch(9, "q", "ck", states, {"a": 50}, s, now=T0)
     assert planned(plan) == [("a", 37, 38, True)] and plan.probes
-    record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, {"a": {37: math.inf}})), None, now=T0)
+    record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, {"a": {37: math.inf}})),
+                    EpochRecord(8, EpochKind.REGIONAL, {}, {}, states), now=T0)
     assert record.kind is not EpochKind.ABORTED and record.outage_epochs == 0 and not record.dead_lettered
     assert record.fallen_back["a"].quarantined and record.regions["a"].failed_alone == 1
 
@@ -157,7 +170,7 @@ def test_the_dead_letter_brake_counts_dead_letters_not_retries():
                          dead_letter=record_bytes(rr.region, rr.start)) if not rr.probe else
              TaskOutcome(i, 0, Outcome.WRITTEN, "q", rr.region, rr.start, rr.end, rr.end - rr.start, rr.start,
                          rr.end - 1, "p") for i, rr in enumerate(plan.ranges)]
-    record = decide(plan, outcomes_from_tasks(plan, tasks), None, now=T0)
+    record = decide(plan, outcomes_from_tasks(plan, tasks), EpochRecord(8, EpochKind.REGIONAL, {}, {}, states), now=T0)
     assert not record.dead_lettered and {r: s.failed_alone for r, s in record.regions.items()} == {"a": 1, "b": 1}
 
 
@@ -185,7 +198,7 @@ def test_only_records_failing_alone_on_every_try_are_dead_lettered_and_every_oth
     fails = {"p": {**{o: t for o, t in transient.items() if o < n}, **{o: math.inf for o in poison}}}
     s = with_dead_letters(dead_letter_retries=retries, dead_letter_retry_backoff_s=backoff)
     available, now = {"p": n, "h": 1}, T0
-    record, published, dead, alone = None, {"p": [], "h": []}, [], {}
+    record, published, dead, alone, tries = None, {"p": [], "h": []}, [], {}, 0
     for epoch in range(3000):
         if record is not None and record.regions["p"].committed_offset == n:
             break
@@ -195,8 +208,9 @@ def test_only_records_failing_alone_on_every_try_are_dead_lettered_and_every_oth
         for region, sl in record.committed.items():
             published[region] += list(range(sl.start, sl.end))
         p = record.regions["p"]
-        if "p" in record.fallen_back and p.failed_alone:
+        if "p" in record.fallen_back and p.failed_alone > tries:  # a try
             alone.setdefault(p.committed_offset, []).append(now)
+        tries = p.failed_alone
         for d in record.dead_lettered.values():
             dead.append(d.offset)
             times = alone.get(d.offset, [])
@@ -256,7 +270,7 @@ def test_a_region_that_moved_past_lost_records_does_not_inherit_the_lost_records
     """Found by a cold review: a record waiting with one try used was lost to retention (failOnDataLoss=false) in an
     epoch the region fell back; the record next at the region's start was then dead-lettered on its first failure
     alone, without its retries."""
-    from regional.protocol.decide import tries_so_far
+    from regional.protocol.decide import own_evidence
     from regional.protocol.plan import RegionRange, Retention
 
     s = with_dead_letters(dead_letter_retries=1, dead_letter_retry_backoff_s=60.0)
@@ -266,14 +280,18 @@ def test_a_region_that_moved_past_lost_records_does_not_inherit_the_lost_records
     assert plan.lost == {"a": (37, 100)}
     rec = decide(plan, outcomes_from_tasks(plan, [None, None]), rec, now=T0 + 30)  # its tasks reported nothing
     a = rec.regions["a"]
-    assert (a.committed_offset, a.failed_alone, a.failed_alone_at) == (100, 0, None)
-    assert tries_so_far(a, RegionRange("a", 100, 101, None, True)) == 0
+    assert (a.committed_offset, a.failed_alone, a.failed_alone_at, a.alone_since, a.probe_passed) == (
+        100, 0, None, None, None)
+    assert own_evidence(rec.regions["a"], RegionRange("a", 100, 101, None, True)).failed_alone == 0
+    assert own_evidence(waiting(37, 1, T0), RegionRange("a", 100, 101, None, True)).alone_since is None
 
 
-def test_a_failure_time_ahead_of_the_clock_counts_as_now_and_no_retries_means_no_wait():
+def test_a_failure_time_ahead_of_the_clock_counts_as_now_and_nothing_failing_alone_means_no_wait():
     ahead = waiting(37, 1, T0 + 30 * 86400)  # recorded by a clock that was a month ahead
     assert retry_due(ahead, with_dead_letters(dead_letter_retries=2, dead_letter_retry_backoff_s=5.0), T0) == T0 + 5
-    assert retry_due(ahead, with_dead_letters(dead_letter_retries=0, dead_letter_retry_backoff_s=5.0), T0) is None
+    # a failure alone that was no try waits the short back-off (1 s, doubling, at most 10 s), whatever the settings
+    assert retry_due(ahead._replace(alone_waits=3), with_dead_letters(dead_letter_retry_backoff_s=60.0), T0) == T0 + 4
+    assert retry_due(ahead._replace(failed_alone=0), with_dead_letters(dead_letter_retry_backoff_s=5.0), T0) is None
     plan = plan_epoch(5, "q", "ck", {"a": ahead, "b": RegionState(0)}, {"a": 100, "b": 10},
                       with_dead_letters(dead_letter_retries=2, dead_letter_retry_backoff_s=0.0), now=T0)
     assert [r.region for r in plan.regions] == ["a", "b"]

@@ -56,6 +56,13 @@ def with_dead_letters(**kw) -> Settings:
     return Settings(dead_letter_path="/dead/letters", region_attempts=ATTEMPTS, **kw)
 
 
+def suspected(offset: int, epoch: int, **kw) -> RegionState:
+    """A region whose record at ``offset`` failed alone in epoch ``epoch - 2`` and whose probe passed in ``epoch - 1``:
+    failing alone again in ``epoch`` is a try (docs/design.md, "Poison or outage")."""
+    return RegionState(offset, None, 0, Standing.QUARANTINED, "q", isolating=(offset, offset + 1),
+                       alone_since=epoch - 2, probe_passed=epoch - 1, **kw)
+
+
 def test_a_quarantined_range_is_planned_in_halves_until_its_poison_record_stands_alone():
     s = with_dead_letters()
     plan = plan_epoch(0, "q", "ck", {}, {"a": 120, "b": 120}, s)
@@ -71,9 +78,9 @@ def test_a_quarantined_range_is_planned_in_halves_until_its_poison_record_stands
             break
     # [0, 60) fails, [0, 30) passes, [30, 45) fails, [30, 37) passes, [37, 41) fails, ... 37 alone.
     assert ranges[:4] == [(0, 60, False), (0, 30, False), (30, 45, False), (30, 37, False)]
-    assert ranges[-1] == (37, 38, True)
-    assert len(ranges) <= math.ceil(math.log2(120)) + 1
-    # b had no work then: the evidence that 37 is poison is its probe, records beside it that passed in that epoch
+    # 37 alone fails, records of a beside it pass, 37 alone fails again: poison (b passing is no evidence)
+    assert ranges[-3:] == [(37, 38, True)] * 3
+    assert len(ranges) <= math.ceil(math.log2(120)) + 3
     assert [(r.region, r.start, r.end) for r in plan.probes] == [("a", 29, 37)]
     assert record.dead_lettered["a"].offset == 37 and record.kind is EpochKind.GLOBAL
     assert record.regions["a"].committed_offset == 38 and record.regions["a"].isolating is None
@@ -92,7 +99,7 @@ def test_without_dead_letter_path_a_quarantined_region_retries_its_whole_range()
 
 def test_an_isolated_record_is_not_dead_lettered_in_an_aborted_epoch_but_what_failed_is_kept():
     s = with_dead_letters(max_failure_ratio=0.0)  # any failure aborts the epoch
-    states = {"a": RegionState(0, None, 0, Standing.QUARANTINED, "q", isolating=(0, 1)), "b": RegionState(0)}
+    states = {"a": suspected(0, 5), "b": RegionState(0)}
     plan = plan_epoch(5, "q", "ck", states, {"a": 9, "b": 3}, s)
     assert [(r.region, r.start, r.end, r.isolated) for r in plan.regions] == [("a", 0, 1, True), ("b", 0, 3, False)]
     assert [(r.region, r.start, r.end) for r in plan.probes] == [("a", 1, 9)]  # the records after it
@@ -177,7 +184,7 @@ def test_a_record_with_no_neighbours_is_never_evidence_of_poison():
         record = decide(plan, outcomes_from_tasks(plan, run_attempts(plan, {"p": {0: math.inf}})), record)
         assert not record.dead_lettered and not record.committed
     p = record.regions["p"]
-    assert p.committed_offset == 0 and p.state is Standing.QUARANTINED and "no records beside it passed" in p.reason
+    assert p.committed_offset == 0 and p.state is Standing.QUARANTINED and "no neighbour in its region" in p.reason
     assert record.outage_epochs > 1 and record.backoff_s > 1
 
 
@@ -191,8 +198,10 @@ def store(tmp_path):
     return s
 
 
-def isolated_plan(store, dead_letter_path, epoch=0):
+def isolated_plan(store, dead_letter_path, epoch=1):
+    """Epoch 1 isolates a@4, whose earlier failures and probe (epoch 0's record) make its failure now a try."""
     s = Settings(dead_letter_path=str(dead_letter_path), region_attempts=ATTEMPTS)
+    store.write_record(EpochRecord(epoch - 1, EpochKind.REGIONAL, {}, {}, {"a": suspected(4, epoch)}))
     plan = plan_epoch(epoch, store.query_id(), str(store.checkpoint), {}, {"a": 5, "b": 8}, s)
     return type(plan)(plan.query_id, epoch, plan.store, (RegionRange("a", 4, 5, None, True), plan.regions[1]), s)
 
@@ -209,13 +218,13 @@ def test_commit_epoch_appends_the_dead_letter_once_even_when_the_driver_dies_aft
     target.fail_commit = True  # the driver dies in phase two: the dead letter is published, the target is not
     with pytest.raises(RuntimeError):
         commit_epoch(plan, tasks_of(plan, record_bytes("a", 4)), store, target)
-    intent = store.read_intent(0)
+    intent = store.read_intent(1)
     assert intent is not None and set(intent.dead_letters) == {"a"} and intent.dead_letter_path == str(dlq)
     target.fail_commit = False
     record = commit_epoch(plan, tasks_of(plan, record_bytes("a", 4)), store, target)  # the re-run
-    assert record.dead_lettered["a"].offset == 4 and target.commits == {0: {"b": "b@0-8"}}
+    assert record.dead_lettered["a"].offset == 4 and target.commits == {1: {"b": "b@0-8"}}
     rows = DeltaTable(str(dlq)).to_pyarrow_table().to_pylist()
-    assert rows == [{"region": "a", "offset": 4, "value": "a-4", "epoch": 0, "error": record.dead_lettered["a"].error}]
+    assert rows == [{"region": "a", "offset": 4, "value": "a-4", "epoch": 1, "error": record.dead_lettered["a"].error}]
     assert "unknown" in rows[0]["error"]  # no JVM shim in a unit test: no failure record says why
     assert not any((dlq / "_regional_staging").rglob("*.parquet"))
     assert store.region_states()["a"].committed_offset == 5 and store.region_states()["a"].dead_letters == 1
@@ -229,7 +238,7 @@ def test_a_dead_letter_table_of_another_shape_is_refused_before_the_intent(store
     plan = isolated_plan(store, dlq)
     with pytest.raises(RegionalConfigError, match="give each source type its own dead-letter table"):
         commit_epoch(plan, tasks_of(plan, record_bytes("a", 4)), store, MemoryTarget())
-    assert store.read_intent(0) is None
+    assert store.read_intent(1) is None
 
 
 def test_an_isolating_range_the_region_moved_past_is_replaced_not_kept():
@@ -268,7 +277,7 @@ def test_a_rerun_of_a_decided_epoch_still_publishes_its_dead_letters(store, tmp_
 
     with pytest.raises(RuntimeError, match="dies before the dead letters"):
         commit_epoch(plan, tasks_of(plan, record_bytes("a", 4)), store, MemoryTarget(), dead_letter_sink=sink)
-    assert store.read_intent(0) is not None and store.read_record(0) is None
+    assert store.read_intent(1) is not None and store.read_record(1) is None
     record = commit_epoch(plan, tasks_of(plan, record_bytes("a", 4)), store, MemoryTarget(), dead_letter_sink=sink)
     assert record.dead_lettered["a"].offset == 4
     rows = DeltaTable(str(dlq)).to_pyarrow_table().to_pylist()
@@ -287,8 +296,8 @@ def test_the_dead_letter_brake_fails_the_epoch_and_dead_letters_nothing(store, t
     target = MemoryTarget()
     with pytest.raises(RegionalDeadLetterLimitError, match="maxDeadLettersPerEpoch=0"):
         commit_epoch(plan, tasks_of(plan, record_bytes("a", 4)), store, target)
-    assert store.read_intent(0) is None and store.epochs() == [] and not (dlq / "_delta_log").exists()
-    assert target.commits == {} and target.aborted == [(0, {"b": "b@0-8"})]
+    assert store.read_intent(1) is None and store.epochs() == [0] and not (dlq / "_delta_log").exists()
+    assert target.commits == {} and target.aborted == [(1, {"b": "b@0-8"})]
 
 
 def test_dead_letter_topic_is_a_setting_that_isolates_and_is_refused_beside_a_path_or_malformed():

@@ -38,6 +38,13 @@ def render(st: QueryStatus, epochs: bool = True) -> str:
                     "now" if due <= st.now else f"at {utc(due)} (in {_seconds(due - st.now)})")
                 why = (f"  offset {s.committed_offset} failed alone {tries} of {of} tries; next try {when} "
                        f"(deadLetterRetries){why}")
+            waiting = st.waiting(region)
+            if waiting is not None and waiting[0] != "retry":
+                due = waiting[1]
+                when = "?" if due is None else (
+                    "now" if due <= st.now else f"at {utc(due)} (in {_seconds(due - st.now)})")
+                why = (f"  WAITING, {LOOKS_LIKE[waiting[0]]}: offset {s.committed_offset} failed alone "
+                       f"{s.alone_waits} time(s) in a row; next try {when}{why}")
             if s.timed_range is not None:
                 why += f"  straggler: ranges of at most {s.timed_range} offsets (regionTimeout)"
             lines.append(f"  {region:<{width}}  {s.committed_offset:>10}  {_dash(latest):>10}  {_dash(lag):>8}  "
@@ -53,6 +60,13 @@ def render(st: QueryStatus, epochs: bool = True) -> str:
             lines.extend(f"      {r}: offset {d.offset} dead-lettered: {d.error}"
                          for r, d in sorted(e.dead_lettered.items()))
     return "\n".join(lines)
+
+
+LOOKS_LIKE = {
+    "outage": "looks like an outage, not poison (records of its region beside it failed too, or it has none to try)",
+    "evidence": "poison or an outage that ended (records of its region beside it passed since; one more failure "
+                "alone counts as a try)",
+}
 
 
 def _dash(value: object) -> str:

@@ -7,8 +7,9 @@
   region committed, which fell back and the epoch they still reference, and every region's state after it.
 - Dead letters (``deadLetterPath`` or ``deadLetterTopic``): a quarantined region's range becomes its
   ``isolating`` range; later plans read it in halves (``plan.isolation_end``) until the failing record
-  stands alone; when that one record fails on every attempt too, it is dead-lettered and its offset
-  counts as done; with ``deadLetterRetries``, only on its last try (``held_for_retry``).
+  stands alone; when that one record fails on every attempt too, it is a suspect: it is dead-lettered, and its
+  offset counts as done, only on evidence that it is poison and not an outage (``weigh_evidence``), on its last
+  try (``deadLetterRetries``).
 - ``regionTimeout``: a straggler's next ranges are sized to what it did within the timeout (``timed_range``).
 
 Pure: plain functions over the store's model; no Spark, no I/O.
@@ -23,9 +24,19 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 from regional.errors import RegionalDeadLetterLimitError, RegionalPlanError
-from regional.protocol.plan import EpochPlan, RegionRange
+from regional.protocol.plan import PROBE_SPAN, EpochPlan, RegionRange
 from regional.protocol.settings import Settings
-from regional.store.model import DeadLetter, EpochKind, EpochRecord, FallBack, RegionState, Slice, Standing, TaskFailure
+from regional.store.model import (
+    DeadLetter,
+    EpochKind,
+    EpochRecord,
+    FallBack,
+    RegionState,
+    Slice,
+    Standing,
+    TaskFailure,
+    suspect_backoff,
+)
 
 # -- What a task reports ----------------------------------------------------------------------
 
@@ -219,17 +230,18 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
     prefix of it shortens it; a dead-lettered record (an isolated one that failed on every attempt) counts
     as done.
 
-    Poison needs evidence (``with_evidence``): an isolated record is dead-lettered only when records beside it
-    pass now. An epoch in which every region with work failed is an outage: its quarantines count towards
-    ``maxFailureRatio`` and ``maxConsecutiveFailures`` like any failure, and one that made no progress at all
-    makes the next epoch wait (``EpochRecord.backoff_s``). Otherwise, while an isolating range narrows, the region's
-    quarantines count neither as consecutive failures nor towards ``maxFailureRatio``: isolation is progress,
+    Poison needs evidence (``weigh_evidence``): an isolated record is dead-lettered only when it failed alone, then
+    records of its own region beside it passed, then it failed alone again, in that epoch order. An epoch in which
+    every region with work failed is an outage: its quarantines count towards ``maxFailureRatio`` and
+    ``maxConsecutiveFailures`` like any failure, and one that made no progress at all makes the next epoch wait
+    (``EpochRecord.backoff_s``). Otherwise, while an isolating range narrows, or a suspect gathers evidence, the
+    region's quarantines count neither as consecutive failures nor towards ``maxFailureRatio``: isolation is progress,
     and must not hold back the healthy regions."""
     settings = plan.settings
     before = previous.regions if previous else {}
-    seen = with_evidence({rr.region: outcomes.get(rr.region) or RegionOutcome(
-        rr.region, Outcome.MISSING, rr.start, reason="no outcome") for rr in plan.regions})
-    seen, retrying = held_for_retry(plan, seen, before, now)
+    seen, evidence = weigh_evidence(plan, {rr.region: outcomes.get(rr.region) or RegionOutcome(
+        rr.region, Outcome.MISSING, rr.start, reason="no outcome") for rr in plan.regions}, before, now)
+    retrying = {r for r, e in evidence.items() if e.progress}
     letters = sorted(r for r, o in seen.items() if o.status is Outcome.DEAD_LETTERED)
     if len(letters) > settings.max_dead_letters_per_epoch:
         raise RegionalDeadLetterLimitError(
@@ -242,7 +254,8 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
     outage = (bool(plan.regions) and not letters and not retrying
               and not any(o.status is Outcome.WRITTEN for o in seen.values()))
     narrowing = isolation_narrowing(plan, failed, before)
-    # Isolation is progress, unless every region with work failed; so is a retry (records beside it passed).
+    # Isolation is progress, unless every region with work failed; so is a suspect's failure beside records of its
+    # region that passed (evidence gathered, towards a try).
     excused = retrying | (set() if outage else narrowing)
     force_reason = force_reason or plan.force_reason or forced_global_reason(before, settings)
     kind, reason = epoch_kind(plan, failed, excused, force_reason)
@@ -257,30 +270,29 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
     for rr in plan.regions:
         # A region's range starts at its committed offset, or where it first starts, or past lost records.
         state, outcome = before.get(rr.region), seen[rr.region]
-        if state is None:
-            state = RegionState(committed_offset=rr.start)
+        if state is None:  # first seen now: its ref_epoch -1 is as old as this
+            state = RegionState(committed_offset=rr.start, first_seen_epoch=plan.epoch, first_seen_at=now)
         if kind is EpochKind.ABORTED or rr.region in failed:
             regions[rr.region], fallen_back[rr.region] = fell_back(
                 rr, state, failed.get(rr.region), rr.region in narrowing, rr.region in excused, reason,
                 reset_counters, timeout)
-            if rr.region in retrying:  # counted even if the epoch aborts: it failed alone, beside records that passed
-                regions[rr.region] = regions[rr.region]._replace(failed_alone=tries_so_far(state, rr) + 1,
-                                                                 failed_alone_at=now)
+            if rr.region in evidence:  # kept even if the epoch aborts: what was seen of the record was seen
+                regions[rr.region] = evidence[rr.region].applied(regions[rr.region])
         elif outcome.status is Outcome.DEAD_LETTERED:
             dead_lettered[rr.region] = DeadLetter(rr.start, outcome.reason or UNKNOWN_CAUSE)
             # RegionState(...) rather than ._replace: this runs once per region with work, and a copy with
             # changes costs several times more (10,000 regions: tens of ms of the driver's epoch).
             regions[rr.region] = RegionState(outcome.end, plan.epoch,
                                              dead_letters=state.dead_letters + (rr.end - rr.start),
-                                             timed_range=state.timed_range if timeout else None)
+                                             timed_range=state.timed_range if timeout else None,
+                                             poison=recent_poison((*state.poison, rr.start), outcome.end))
         else:
             committed[rr.region] = Slice(rr.start, outcome.end, outcome.rows, cut=outcome.end < rr.end)
             regions[rr.region] = wrote(plan.epoch, rr, state, outcome, timeout, slow)
     planned = {rr.region for rr in plan.regions}
     for region, (_gone_from, go_on) in plan.lost.items():  # lost records are gone, work or not
         if region not in planned:
-            regions[region] = regions.get(region, RegionState())._replace(committed_offset=go_on, failed_alone=0,
-                                                                          failed_alone_at=None)
+            regions[region] = forget_evidence(regions.get(region, RegionState())._replace(committed_offset=go_on))
     regional = (previous.regional_epochs if previous else 0) + (kind is EpochKind.REGIONAL)
     stalled = outage and not narrowing  # nothing committed, dead-lettered or narrowed: the next epoch waits
     outages = (previous.outage_epochs if previous else 0) + 1 if stalled else 0
@@ -288,38 +300,91 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
                        dead_lettered, outages, settings.dead_letter_retries, settings.dead_letter_retry_backoff_s)
 
 
-# deadLetterRetries: a record is dead-lettered only after it failed alone, with evidence, in deadLetterRetries + 1
-# epochs; after each failure but the last, its region waits deadLetterRetryBackoff before it is planned again
-# (``plan.retry_due``). A failure without evidence (an outage) is no try: it never counts.
-def tries_so_far(state: RegionState | None, rr: RegionRange) -> int:
-    """Epochs in which the record ``rr`` isolates already failed alone with evidence (0 if it is not that record's
-    count: the region has moved on since)."""
-    if state is None or not state.failed_alone or state.committed_offset != rr.start:
-        return 0
-    return state.failed_alone
+# Poison or outage (docs/design.md, "Poison or outage"). A record that failed alone on every attempt is a *suspect*.
+# It is poison only on a sandwich, in the driver's epoch order (epochs run one after another): it failed alone in an
+# epoch a, records of its own region beside it (its probes) wrote rows in an epoch b > a, and it failed alone again
+# in an epoch c > b. Such a failure in c is a *try*. One outage, of any scope, starting and ending at any moment,
+# cannot make one: it would have to hold a and c, hence b. Other regions passing is no evidence (a service behind
+# some regions only may be down). With deadLetterRetries, a record is dead-lettered on its try number
+# deadLetterRetries + 1, each try deadLetterRetryBackoff after the one before (``plan.retry_due``): a flapping service
+# must fool the rule again and again, over minutes.
+NO_NEIGHBOUR = ("failed alone on every attempt, and it has no neighbour in its region to try (records of its region "
+                "beside it, not dead-lettered): it is tried again, never dead-lettered on that alone")
+NEIGHBOURS_FAILED = ("failed alone on every attempt, and records of its region beside it failed too (an outage of "
+                     "what the region calls?): it is tried again, never dead-lettered on that")
+NO_SANDWICH = ("failed alone on every attempt; records of its region beside it passed, but not yet between two of "
+               "its failures: it is tried again to tell poison from an outage that ended")
 
 
-def held_for_retry(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapping[str, RegionState],
-                   now: float) -> tuple[dict[str, RegionOutcome], set[str]]:
-    """``seen``, with each dead letter that still has retries left turned back into a quarantine, and those regions.
-    Runs after ``with_evidence``: what is still a dead letter here failed alone beside records that passed."""
-    retries = plan.settings.dead_letter_retries
-    if retries <= 0 or not any(o.status is Outcome.DEAD_LETTERED for o in seen.values()):
-        return seen, set()
-    held, retrying = dict(seen), set()
-    backoff = plan.settings.dead_letter_retry_backoff_s
-    for rr in plan.regions:
-        outcome = seen[rr.region]
-        if outcome.status is not Outcome.DEAD_LETTERED:
+class Evidence(NamedTuple):
+    """What an epoch saw of a region's suspect record, to be kept in its ``RegionState``."""
+
+    failed_alone: int  # tries so far
+    failed_alone_at: float | None
+    alone_since: int | None
+    probe_passed: int | None
+    alone_waits: int
+    progress: bool  # a try, or records beside it passed now: isolation's progress, not a failure of the region
+
+    def applied(self, state: RegionState) -> RegionState:
+        return state._replace(failed_alone=self.failed_alone, failed_alone_at=self.failed_alone_at,
+                              alone_since=self.alone_since, probe_passed=self.probe_passed,
+                              alone_waits=self.alone_waits)
+
+
+def own_evidence(state: RegionState | None, rr: RegionRange) -> RegionState:
+    """``state`` if its evidence is about the record ``rr`` isolates, else a state without evidence (the region
+    moved on since: records lost to retention)."""
+    if state is None:
+        return RegionState(rr.start)
+    return state if state.committed_offset == rr.start else forget_evidence(state)
+
+
+def forget_evidence(state: RegionState) -> RegionState:
+    if not (state.failed_alone or state.failed_alone_at is not None or state.alone_since is not None
+            or state.probe_passed is not None or state.alone_waits):
+        return state
+    return state._replace(failed_alone=0, failed_alone_at=None, alone_since=None, probe_passed=None, alone_waits=0)
+
+
+def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapping[str, RegionState],
+                   now: float) -> tuple[dict[str, RegionOutcome], dict[str, Evidence]]:
+    """``seen``, with each dead letter that is no last try turned back into a quarantine, and what the epoch saw of
+    each isolated record that did not pass (to keep in its state)."""
+    isolated = [rr for rr in plan.regions if rr.isolated and seen[rr.region].status is not Outcome.WRITTEN]
+    if not isolated:
+        return seen, {}
+    probed = {rr.region for rr in plan.probes}
+    retries, backoff = plan.settings.dead_letter_retries, plan.settings.dead_letter_retry_backoff_s
+    checked, evidence = dict(seen), {}
+    for rr in isolated:
+        outcome, state = seen[rr.region], own_evidence(before.get(rr.region), rr)
+        passed_now = outcome.neighbours_passed
+        passed = plan.epoch if passed_now else state.probe_passed
+        if outcome.status is not Outcome.DEAD_LETTERED:  # no account of the record (its sink failed, or missing)
+            evidence[rr.region] = Evidence(state.failed_alone, state.failed_alone_at, state.alone_since, passed,
+                                           state.alone_waits, passed_now)
             continue
-        tries = tries_so_far(before.get(rr.region), rr) + 1
-        if tries > retries:
-            continue  # its last try: dead-lettered
-        retrying.add(rr.region)
-        held[rr.region] = outcome._replace(status=Outcome.QUARANTINED, dead_letter=None, reason=(
-            f"offset {rr.start} failed alone {tries} of {retries + 1} times (deadLetterRetries={retries}); retried "
-            f"after {utc(now + backoff)} ({outcome.reason or UNKNOWN_CAUSE})"))
-    return held, retrying
+        since, before_now = state.alone_since, state.probe_passed
+        sandwich = since is not None and before_now is not None and since < before_now < plan.epoch
+        cause = outcome.reason or UNKNOWN_CAUSE
+        if sandwich:
+            tries = state.failed_alone + 1
+            if tries > retries:
+                continue  # its last try: dead-lettered
+            evidence[rr.region] = Evidence(tries, now, plan.epoch, passed, 0, True)
+            checked[rr.region] = outcome._replace(status=Outcome.QUARANTINED, dead_letter=None, reason=(
+                f"offset {rr.start} failed alone {tries} of {retries + 1} times, each after records of its region "
+                f"beside it passed (deadLetterRetries={retries}); retried after {utc(now + backoff)} ({cause})"))
+            continue
+        waits = state.alone_waits + 1
+        why = NO_SANDWICH if passed is not None else NEIGHBOURS_FAILED if rr.region in probed else NO_NEIGHBOUR
+        evidence[rr.region] = Evidence(state.failed_alone, now, plan.epoch if since is None else since, passed,
+                                       waits, passed_now)
+        checked[rr.region] = outcome._replace(status=Outcome.QUARANTINED, dead_letter=None, reason=(
+            f"offset {rr.start} {why}; looks like an outage, not poison, so far; tried again after "
+            f"{utc(now + suspect_backoff(waits))} ({cause})"))
+    return checked, evidence
 
 
 def utc(seconds: float) -> str:
@@ -327,27 +392,9 @@ def utc(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-# Poison needs evidence, in the same epoch: a record that failed alone on every attempt is dead-lettered only when
-# records beside it passed under the same conditions: another region with work wrote, or its probe (records beside
-# it, read in a task of their own) wrote rows. Evidence from an earlier epoch is not enough: an outage may have
-# begun since.
-NO_EVIDENCE = ("failed alone on every attempt, but no records beside it passed in the same epoch (every region "
-               "with work failed, or had none: an outage?); it is tried again")
-
-
-def with_evidence(seen: dict[str, RegionOutcome]) -> dict[str, RegionOutcome]:
-    """``seen``, with each dead letter that lacks evidence turned back into a quarantine."""
-    letters = [r for r, o in seen.items() if o.status is Outcome.DEAD_LETTERED]
-    if not letters:
-        return seen
-    writers = {r for r, o in seen.items() if o.status is Outcome.WRITTEN}
-    checked = dict(seen)
-    for region in letters:
-        if seen[region].neighbours_passed or writers - {region}:
-            continue
-        checked[region] = seen[region]._replace(status=Outcome.QUARANTINED, dead_letter=None,
-                                                reason=f"{NO_EVIDENCE} ({seen[region].reason})")
-    return checked
+def recent_poison(offsets: tuple[int, ...], committed: int) -> tuple[int, ...]:
+    """The dead-lettered offsets a later probe may meet: those at most ``PROBE_SPAN`` below ``committed``."""
+    return tuple(o for o in offsets if o >= committed - PROBE_SPAN)
 
 
 def isolation_narrowing(plan: EpochPlan, failed: Mapping[str, RegionOutcome],
@@ -390,7 +437,8 @@ def wrote(epoch: int, rr: RegionRange, state: RegionState, outcome: RegionOutcom
         dead_letters=state.dead_letters,
         timed_range=None if timeout is None else timed_range(
             timeout, state.timed_range, span, outcome.seconds,
-            slow is not None and outcome.seconds is not None and outcome.seconds > slow * span))
+            slow is not None and outcome.seconds is not None and outcome.seconds > slow * span),
+        poison=recent_poison(state.poison, outcome.end) if state.poison else ())
 
 
 def fell_back(rr: RegionRange, state: RegionState, own: RegionOutcome | None, narrowed: bool, excused: bool,
@@ -402,13 +450,15 @@ def fell_back(rr: RegionRange, state: RegionState, own: RegionOutcome | None, na
     quarantined = own is not None and own.status is Outcome.QUARANTINED
     counted = own is not None and not excused
     same_start = rr.start == state.committed_offset  # else records before its range were lost: it moved on
+    # A record's evidence stays its own: a region that moved on starts afresh.
+    kept = state if same_start else forget_evidence(state)
     after = RegionState(
         rr.start, state.last_epoch, 0 if reset_counters else state.consecutive_failures + counted,
         Standing.QUARANTINED if quarantined else Standing.FALLEN_BACK, why,
         (rr.start, rr.end) if narrowed else state.isolating, state.dead_letters,
-        state.timed_range if timeout else None,
-        # A record's tries stay its own: a region that moved on starts afresh.
-        state.failed_alone if same_start else 0, state.failed_alone_at if same_start else None)
+        state.timed_range if timeout else None, kept.failed_alone, kept.failed_alone_at, kept.alone_since,
+        kept.probe_passed, kept.alone_waits, recent_poison(state.poison, rr.start) if state.poison else (),
+        state.first_seen_epoch, state.first_seen_at)
     ref = after.ref_epoch
     return after, FallBack(-1 if ref is None else ref, why, quarantined)
 

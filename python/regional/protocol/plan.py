@@ -194,8 +194,9 @@ def plan_epoch(
             end = min(end, isolation_end(start, state.isolating))
             if end == start + 1 == state.isolating[1]:
                 alone.add(region)
+                same = start == state.committed_offset  # else records were lost: its evidence is another record's
                 probes[region] = probe_ranges(start, available.get(region, start), log_starts.get(region, 0),
-                                              sparse)
+                                              sparse, state.poison, state.alone_waits if same else 0)
         if max_per_region is not None:
             end = min(end, start + max_per_region)
         backlog[region] = (start, end)
@@ -213,28 +214,48 @@ def plan_epoch(
 
 
 def retry_due(state: RegionState, settings: Settings, now: float | None = None) -> float | None:
-    """When a region whose isolated record failed alone (``deadLetterRetries``) may be planned again: the last
-    failure's time plus ``deadLetterRetryBackoff`` (the settings of the plan being made: a restart with a shorter
-    backoff shortens a wait). None when it waits for no retry (none with ``deadLetterRetries=0``). A failure time
-    after ``now`` (a clock that was ahead) counts as ``now``: a restart with a shorter backoff still shortens it."""
-    return state.retry_due(settings.dead_letter_retries, settings.dead_letter_retry_backoff_s, now)
+    """When a region whose isolated record failed alone may be planned again: ``deadLetterRetryBackoff`` after a
+    try with retries left (the settings of the plan being made: a restart with a shorter backoff shortens a wait),
+    a short back-off after a failure that was no try (``RegionState.retry_due``). None when it waits for nothing.
+    A failure time after ``now`` (a clock that was ahead) counts as ``now``."""
+    return state.retry_due(settings.dead_letter_retry_backoff_s, now)
 
 
 PROBE_SPAN = 8  # offsets a probe reads (several: a Kafka offset may hold no record)
 
 
-def probe_ranges(suspect: int, end: int, first: int, sparse: bool = False) -> list[tuple[int, int]]:
-    """The neighbours of an isolated record at ``suspect`` that its probes read in the same epoch: the
-    ``PROBE_SPAN`` offsets before it (already committed: they passed once, and must pass again now), else those
-    after it; none when it has none. An input with ``sparse`` offsets, where a span of offsets may hold no record
-    at all, gets two probes: every offset of the region before it, and every one after it."""
+def probe_ranges(suspect: int, end: int, first: int, sparse: bool = False, poison: tuple[int, ...] = (),
+                 waits: int = 0) -> list[tuple[int, int]]:
+    """The neighbours of an isolated record at ``suspect`` that its probes read in the same epoch, records of its own
+    region (docs/design.md, "Poison or outage"); none when it has none.
+
+    - Before it: of the ``PROBE_SPAN`` offsets before it, the run nearest it without a record dead-lettered
+      (``poison``: a poison record stays poison, it is no neighbour). They were committed: they passed once.
+    - Else after it: the ``PROBE_SPAN`` offsets after it in one probe; after a failure alone that was no try
+      (``waits``), each record on its own (one of them may be poison too, not isolated yet), twice as many after
+      each such failure, at most ``PROBE_SPAN``.
+
+    An input with ``sparse`` offsets, where a span of offsets may hold no record at all, gets two probes: every
+    offset of the region before it, and every one after it (the replay sources skip their own dead letters)."""
     before = (first, suspect) if suspect > first else None
     after = (suspect + 1, end) if end > suspect + 1 else None
     if sparse:
         return [span for span in (before, after) if span is not None]
     if before is not None:
-        return [(max(first, suspect - PROBE_SPAN), suspect)]
-    return [(suspect + 1, min(end, suspect + 1 + PROBE_SPAN))] if after is not None else []
+        lo, hi, skip = max(first, suspect - PROBE_SPAN), suspect, set(poison)
+        while hi > lo and hi - 1 in skip:
+            hi -= 1
+        run = hi
+        while run > lo and run - 1 not in skip:
+            run -= 1
+        if run < hi:
+            return [(run, hi)]
+    if after is None:
+        return []
+    if waits <= 0:
+        return [(suspect + 1, min(end, suspect + 1 + PROBE_SPAN))]
+    singles = min(PROBE_SPAN, 2 ** min(waits, 3), end - suspect - 1)
+    return [(o, o + 1) for o in range(suspect + 1, suspect + 1 + singles)]
 
 
 def isolation_end(start: int, suspect: tuple[int, int]) -> int:

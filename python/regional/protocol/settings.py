@@ -32,8 +32,12 @@ DEFAULTS: dict[str, str] = {
     "deadLetterPath": "",
     "deadLetterTopic": "",
     "maxDeadLettersPerEpoch": "10",
-    "deadLetterRetries": "0",
-    "deadLetterRetryBackoff": "",
+    # A record is dead-lettered after its 5th try, each a minute after the one before: poison reaches the dead letters
+    # in about 4 minutes (docs/design.md, "Poison or outage"), under the shipped 15-minute alert; Kafka Connect's
+    # errors.retry.delay.max.ms and Flink's exponential-delay max-backoff are a minute too, and Kafka Streams gives
+    # a task 5 minutes (task.timeout.ms) before a transient error is fatal.
+    "deadLetterRetries": "4",
+    "deadLetterRetryBackoff": "1m",
 }
 SETTING_KEYS = {k.lower(): k for k in DEFAULTS}  # lower-cased -> canonical spelling
 
@@ -55,9 +59,12 @@ _MEANINGS = {
     "deadLetterTopic": "A Kafka topic for poison records instead of a table (its producer: `deadLetter.kafka.*`).",
     "maxDeadLettersPerEpoch": "The dead-letter brake: an epoch that would dead-letter more records fails the query "
                               "with a clear error.",
-    "deadLetterRetries": "Epochs, beyond the first, in which an isolated record must fail again, with evidence, "
-                         "before it is dead-lettered.",
-    "deadLetterRetryBackoff": "The least time between two of those tries (e.g. `1m`).",
+    "deadLetterRetries": "Tries, beyond the first, in which an isolated record must fail again before it is "
+                         "dead-lettered. A try is a failure of the record alone after records of its own region "
+                         "beside it passed, after an earlier failure alone: an outage cannot make one, a service "
+                         "that keeps going down and up must make this many more.",
+    "deadLetterRetryBackoff": "The least time between two of those tries (e.g. `1m`): with the defaults, a record "
+                              "keeps failing for at least 4 minutes before it is dead-lettered.",
 }
 SETTINGS_OPTIONS = OptionTable("regional's settings", [Option(k, v, _MEANINGS[k]) for k, v in DEFAULTS.items()])
 
@@ -76,8 +83,9 @@ class Settings:
     max_dead_letters_per_epoch: int = 10  # the dead-letter brake: more in one epoch fails the query
     # A Kafka topic for them instead (its producer's settings, ``deadLetter.kafka.*``, never enter the plan).
     dead_letter_topic: str | None = None
-    # A record is dead-lettered only after it failed alone (with evidence) in this many epochs more than the first,
-    # each retry at least ``dead_letter_retry_backoff_s`` after the failure before it (docs/design.md, "Dead letters").
+    # A record is dead-lettered only on its try number this + 1 (a try: docs/design.md, "Poison or outage"), each
+    # try at least ``dead_letter_retry_backoff_s`` after the one before. Users get DEFAULTS (4 and 1m, through
+    # ``resolve_settings``); 0 here, as in plans written before these settings existed.
     dead_letter_retries: int = 0
     dead_letter_retry_backoff_s: float = 0.0
 

@@ -6,7 +6,7 @@ epoch records and ``status``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple
@@ -54,18 +54,34 @@ class RegionState(NamedTuple):
     # last of them was decided; the region is planned again ``deadLetterRetryBackoff`` after that. Both reset when
     # the region moves on (the record passed, or was dead-lettered).
     failed_alone: int = 0
-    failed_alone_at: float | None = None
+    failed_alone_at: float | None = None  # when its record last failed alone (a try or not)
+    # The evidence about the record it isolates (docs/design.md, "Poison or outage"), in epochs, the driver's clock:
+    # ``alone_since``, the earliest epoch since its last try (or that try's) in which the record failed alone on
+    # every attempt; ``probe_passed``, the latest epoch in which records beside it, of its own region, wrote rows. A
+    # failure alone in an epoch after a ``probe_passed`` that is after ``alone_since`` is a try. ``alone_waits``:
+    # its failures alone in a row that were no try (the back-off's exponent, and what status says).
+    alone_since: int | None = None
+    probe_passed: int | None = None
+    alone_waits: int = 0
+    # Its records dead-lettered lately, at most PROBE_SPAN offsets below committed_offset: probes skip them (a
+    # poison record stays poison, it is no neighbour to try).
+    poison: tuple[int, ...] = ()
+    # When it was first seen (epoch, wall-clock seconds), kept until it first commits: the age of its ref_epoch -1.
+    first_seen_epoch: int | None = None
+    first_seen_at: float | None = None
 
-    def retry_due(self, retries: int, backoff_s: float, now: float | None = None) -> float | None:
-        """When this region, whose isolated record failed alone, may be planned again with ``deadLetterRetries``
-        ``retries`` and ``deadLetterRetryBackoff`` ``backoff_s``: the last failure's time plus the backoff. None
-        when it waits for no retry (none with ``retries`` 0). A failure time after ``now`` (a clock that was
+    def retry_due(self, backoff_s: float, now: float | None = None) -> float | None:
+        """When this region, whose isolated record failed alone, may be planned again: ``deadLetterRetryBackoff``
+        (``backoff_s``) after a try with retries left, else ``suspect_backoff`` after a failure that was no try (an
+        outage looks the same). None when it waits for nothing. A failure time after ``now`` (a clock that was
         ahead) counts as ``now``, so a restart with a shorter backoff still shortens the wait."""
         suspect = self.isolating
-        if (not retries or not self.failed_alone or self.failed_alone_at is None or suspect is None
-                or suspect[1] != self.committed_offset + 1):
+        if self.failed_alone_at is None or suspect is None or suspect[1] != self.committed_offset + 1:
             return None
-        return (self.failed_alone_at if now is None else min(self.failed_alone_at, now)) + backoff_s
+        if not self.alone_waits and not self.failed_alone:
+            return None
+        wait = suspect_backoff(self.alone_waits) if self.alone_waits else backoff_s
+        return (self.failed_alone_at if now is None else min(self.failed_alone_at, now)) + wait
 
     @property
     def ref_epoch(self) -> int | None:
@@ -88,6 +104,16 @@ class RegionState(NamedTuple):
                    int(data.get("dead_letters", 0)))
 
 
+SUSPECT_BACKOFF_MAX_S = 10.0  # a suspect that looks like an outage is tried again at least this often
+
+
+def suspect_backoff(waits: int) -> float:
+    """How long a region waits after its isolated record failed alone ``waits`` times in a row without being a try
+    (no evidence yet, or an outage): 1 s, doubling, at most ``SUSPECT_BACKOFF_MAX_S`` (so that it is current again
+    within that long after an outage ends)."""
+    return 0.0 if waits <= 0 else min(SUSPECT_BACKOFF_MAX_S, 2.0 ** (waits - 1))
+
+
 def _standing(value: Any) -> Standing:
     try:
         return _STANDINGS[value]  # a dict lookup: Standing(...) costs more, 10,000 times a record
@@ -100,8 +126,14 @@ def _standing(value: Any) -> Standing:
 # written twice per epoch (planning, deciding, the intent, the record), and that was most of the driver's work.
 REGION_STATE_COLUMNS = ("id", "committed_offset", "last_epoch", "consecutive_failures", "state", "reason", "isolating",
                   "dead_letters", "timed_range")
-# Columns added later, absent from records written before them (written only when some region has a value).
-OPTIONAL_REGION_STATE_COLUMNS = ("failed_alone", "failed_alone_at")
+# Columns added later, absent from records written before them (each written only when some region has a value
+# other than its default), with their defaults.
+OPTIONAL_REGION_STATE_COLUMNS: dict[str, Any] = {
+    "failed_alone": 0, "failed_alone_at": None, "alone_since": None, "probe_passed": None, "alone_waits": 0,
+    "poison": (), "first_seen_epoch": None, "first_seen_at": None}
+_OPTIONAL_DECODE: dict[str, Callable[[Any], Any]] = {
+    "failed_alone": int, "failed_alone_at": float, "alone_since": int, "probe_passed": int, "alone_waits": int,
+    "poison": lambda v: tuple(int(o) for o in v), "first_seen_epoch": int, "first_seen_at": float}
 
 
 def regions_to_columns(regions: Mapping[str, RegionState]) -> dict[str, list[Any]]:
@@ -116,10 +148,18 @@ def regions_to_columns(regions: Mapping[str, RegionState]) -> dict[str, list[Any
         "isolating": [None if s.isolating is None else list(s.isolating) for s in states],
         "dead_letters": [s.dead_letters for s in states],
         "timed_range": [s.timed_range for s in states],
-        **({"failed_alone": [s.failed_alone for s in states],
-            "failed_alone_at": [s.failed_alone_at for s in states]}
-           if any(s.failed_alone or s.failed_alone_at is not None for s in states) else {}),
+        **_optional_columns(states),
     }
+
+
+def _optional_columns(states: list[RegionState]) -> dict[str, list[Any]]:
+    """The optional columns some region has a value in (none in a healthy query: no cost per epoch there)."""
+    columns = {}
+    for name, default in OPTIONAL_REGION_STATE_COLUMNS.items():
+        values = [getattr(s, name) for s in states]
+        if any(v != default for v in values):
+            columns[name] = [list(v) if isinstance(v, tuple) else v for v in values]
+    return columns
 
 
 def regions_from_columns(data: Mapping[str, Any]) -> dict[str, RegionState]:
@@ -132,13 +172,16 @@ def regions_from_columns(data: Mapping[str, Any]) -> dict[str, RegionState]:
                             None if timed is None else int(timed))
         for r, offset, last, failures, standing, reason, isolating, letters, timed in zip(*columns, strict=True)
     }
-    if "failed_alone" not in data and "failed_alone_at" not in data:
-        return regions  # a record written before deadLetterRetries, or with no region waiting for a retry
-    extra = _columns({"id": columns[0], **data}, ("id", *OPTIONAL_REGION_STATE_COLUMNS))
-    for r, tries, at in zip(*extra, strict=True):
-        if tries or at is not None:
-            regions[str(r)] = regions[str(r)]._replace(failed_alone=int(tries),
-                                                       failed_alone_at=None if at is None else float(at))
+    present = tuple(name for name in OPTIONAL_REGION_STATE_COLUMNS if name in data)
+    if not present:
+        return regions  # a record written before them, or in which no region has a value
+    extra = _columns({"id": columns[0], **data}, ("id", *present))
+    for r, *values in zip(*extra, strict=True):
+        changes: dict[str, Any] = {name: None if v is None else _OPTIONAL_DECODE[name](v)
+                                   for name, v in zip(present, values, strict=True)}
+        changes = {k: v for k, v in changes.items() if v != OPTIONAL_REGION_STATE_COLUMNS[k]}
+        if changes:
+            regions[str(r)] = regions[str(r)]._replace(**changes)
     return regions
 
 

@@ -31,6 +31,8 @@ class Progress:
     isolating: int = 0  # regions isolating a poison record now
     outage_epochs: int = 0  # epochs in a row in which every region with work failed (an outage, backing off)
     retries_pending: int = 0  # isolated records that failed alone and wait for a retry (deadLetterRetries)
+    # regions whose isolated record failed alone with nothing yet to tell it from an outage: waiting, not poison
+    outage_suspects: int = 0
 
 
 @dataclass(frozen=True)
@@ -80,9 +82,11 @@ class QueryStatus:
         state = self.regions.get(region)
         if state is None or state.ref_epoch is None or self.last_epoch is None:
             return None, None
-        if state.ref_epoch < 0:  # never committed: as old as the query
-            since = self.created_at
-            return self.last_epoch + 1, None if since is None else max(self.now - since, 0.0)
+        if state.ref_epoch < 0:  # never committed: as old as when it was first seen (else the query)
+            first = state.first_seen_epoch
+            since = state.first_seen_at if state.first_seen_at is not None else self.created_at
+            return (self.last_epoch + 1 if first is None else self.last_epoch - first + 1,
+                    None if since is None else max(self.now - since, 0.0))
         since = self.ref_recorded_at.get(state.ref_epoch)
         return self.last_epoch - state.ref_epoch, None if since is None else max(self.now - since, 0.0)
 
@@ -93,8 +97,31 @@ class QueryStatus:
         if state is None or not state.failed_alone:
             return None
         retries, backoff = (last.dead_letter_retries, last.dead_letter_retry_backoff_s) if last else (0, 0.0)
-        due = state.retry_due(retries, backoff, self.now)  # as the next plan computes it
+        due = state.retry_due(backoff, self.now)  # as the next plan computes it
         return state.failed_alone, max(retries + 1, state.failed_alone + 1), due
+
+    def waiting(self, region: str) -> tuple[str, float | None] | None:
+        """Why a region whose isolated record failed alone waits, and until when (as the next plan computes it):
+        ``outage`` (nothing yet tells its failures from an outage: records of its region beside it failed too, or it
+        has none; it is never dead-lettered on that), ``evidence`` (records beside it passed since its first failure
+        alone: one more failure alone is a try), ``retry`` (a try with retries left, deadLetterRetries). None when it
+        waits for nothing."""
+        state, last = self.regions.get(region), self.epochs[-1] if self.epochs else None
+        if state is None or state.failed_alone_at is None or state.ref_epoch is None:
+            return None
+        due = state.retry_due(last.dead_letter_retry_backoff_s if last else 0.0, self.now)
+        if not state.alone_waits:
+            return ("retry", due) if state.failed_alone else None
+        passed, since = state.probe_passed, state.alone_since
+        return ("evidence" if passed is not None and since is not None and passed > since else "outage"), due
+
+    def waiting_json(self, region: str) -> dict[str, Any] | None:
+        why = self.waiting(region)
+        if why is None:
+            return None
+        s = self.regions[region]
+        return {"offset": s.committed_offset, "looks_like": why[0], "failures_alone": s.alone_waits,
+                "tries": s.failed_alone, "due_at": why[1]}
 
     def retry_json(self, region: str) -> dict[str, Any] | None:
         retry = self.retry(region)
@@ -112,7 +139,7 @@ class QueryStatus:
                 "consecutive_failures": s.consecutive_failures, "reason": s.reason,
                 "retention_headroom": self.retention_headroom(region), "dead_letters": s.dead_letters,
                 "isolating": None if s.isolating is None else list(s.isolating), "timed_range": s.timed_range,
-                "retry": self.retry_json(region)}
+                "retry": self.retry_json(region), "waiting": self.waiting_json(region)}
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -141,7 +168,9 @@ class QueryStatus:
                         sum(s.dead_letters for s in self.regions.values()),
                         sum(s.isolating is not None for s in self.regions.values()),
                         self.epochs[-1].outage_epochs if self.epochs else 0,
-                        sum(s.failed_alone > 0 for s in self.regions.values()))
+                        sum(s.failed_alone > 0 for s in self.regions.values()),
+                        sum((self.waiting(r) or ("",))[0] == "outage" for r, s in self.regions.items()
+                            if s.alone_waits))
 
 
 SNAPSHOT_EPOCHS = 20  # the newest epochs a snapshot shows

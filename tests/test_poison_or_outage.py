@@ -1,0 +1,277 @@
+"""Poison told from outage (issue 45), pure: plan and decide over a simulated clock, no Spark.
+
+A service the query's UDF calls is down for random wall-clock windows that start and end anywhere: between epochs,
+in the middle of one, between two attempts of one task. A window's scope is every region, some, or one. Real poison
+records are spread at random. Whatever the windows: no healthy record is dead-lettered, every poison record is
+dead-lettered exactly once, every other record is published exactly once in offset order, and the bounded query
+ends. The only way to fool the rule is a region whose service goes down again and again while one record is
+isolated: deadLetterRetries + 2 separate outages (docs/design.md, "Poison or outage"); windows that overlap one region
+fewer times than that must never dead-letter a healthy record.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from regional.protocol.decide import Outcome, TaskOutcome, decide, outcomes_from_tasks
+from regional.protocol.plan import PROBE_SPAN, EpochPlan, plan_epoch
+from regional.protocol.settings import Settings
+from regional.store import EpochRecord
+
+REGIONS = ("a", "b", "c", "d")
+ATTEMPTS = 2
+CORES = 4
+TASK_S = 0.7  # a task attempt's duration: epochs take seconds, windows cut through them and through attempts
+
+
+@dataclass
+class Service:
+    """Down for region r at time t when a window holding r holds t."""
+
+    windows: list[tuple[float, float, frozenset[str]]]
+
+    def down(self, region: str, t: float) -> bool:
+        return any(lo <= t < hi and region in scope for lo, hi, scope in self.windows)
+
+    def outages(self, region: str) -> int:
+        """Separate stretches of time in which the region's service is down (overlapping windows are one)."""
+        spans = sorted((lo, hi) for lo, hi, scope in self.windows if region in scope and hi > lo)
+        count, end = 0, -math.inf
+        for lo, hi in spans:
+            if lo > end:
+                count += 1
+            end = max(end, hi)
+        return count
+
+
+@dataclass
+class Run:
+    service: Service
+    poison: dict[str, set[int]]
+    sizes: dict[str, int]
+    settings: Settings
+    now: float = 0.0
+    record: EpochRecord | None = None
+    published: dict[str, list[int]] = field(default_factory=dict)
+    dead: dict[str, list[int]] = field(default_factory=dict)
+    letter_times: list[float] = field(default_factory=list)
+
+    def tasks(self, plan: EpochPlan) -> list[TaskOutcome]:
+        """Every range (regions' and probes') runs on CORES slots; each attempt at its own moment. An attempt fails
+        when the service is down for its region at that moment, or at a poison record in its range."""
+        out, finish = [], self.now
+        for i, rr in enumerate(plan.ranges):
+            start = self.now + (i // CORES) * ATTEMPTS * TASK_S + (i % CORES) * 0.13
+            failed = 0
+            for k in range(ATTEMPTS):
+                t = start + k * TASK_S
+                finish = max(finish, t + TASK_S)
+                if rr.end > rr.start and (self.service.down(rr.region, t)
+                                          or self.poison[rr.region] & set(range(rr.start, rr.end))):
+                    failed += 1
+                else:
+                    break
+            if failed == ATTEMPTS:  # the quarantined attempt: reads an isolated record to dead-letter it
+                out.append(TaskOutcome(i, ATTEMPTS, Outcome.QUARANTINED, plan.query_id, rr.region, rr.start,
+                                       rr.start, reason=f"ValueError: {rr.region}@{rr.start}",
+                                       dead_letter=b"record" if rr.isolated else None))
+            else:
+                out.append(TaskOutcome(i, failed, Outcome.WRITTEN, plan.query_id, rr.region, rr.start, rr.end,
+                                       rr.end - rr.start, rr.start, rr.end - 1, f"{rr.region}@{rr.start}"))
+        self.now = finish + 0.2  # the driver decides and records
+        return out
+
+    def epoch(self, epoch: int) -> EpochPlan:
+        states = self.record.regions if self.record else {}
+        plan = plan_epoch(epoch, "q", "ck", states, self.sizes, self.settings, ends=self.sizes, now=self.now)
+        if not plan.regions:
+            dues = [d for s in states.values() if (d := s_due(s, self.settings, self.now)) is not None]
+            if dues:  # the source waits for the first retry due, as the reader does, then plans again
+                self.now = max(self.now, min(dues)) + 0.01
+                return self.epoch(epoch)
+            return plan
+        self.record = decide(plan, outcomes_from_tasks(plan, self.tasks(plan)), self.record, now=self.now)
+        for region, sl in self.record.committed.items():
+            self.published[region] += range(sl.start, sl.end)
+        for region, letter in self.record.dead_lettered.items():
+            self.dead[region].append(letter.offset)
+            self.letter_times.append(self.now)
+        self.now += self.record.backoff_s  # an outage's back-off between epochs
+        return plan
+
+
+def s_due(state, s: Settings, now: float) -> float | None:
+    from regional.protocol.plan import retry_due  # present before issue 45 too, with another meaning
+
+    return retry_due(state, s, now)
+
+
+def done(run: Run) -> bool:
+    regions = run.record.regions if run.record else {}
+    return all(r in regions and regions[r].committed_offset >= n for r, n in run.sizes.items()) and \
+        run.record is not None and run.record.whole
+
+
+windows = st.lists(
+    st.tuples(st.floats(0, 150), st.floats(0.05, 90),
+              st.sampled_from([REGIONS, REGIONS[:2], REGIONS[1:3], ("a",), ("c",), ("d",)])),
+    max_size=3)
+
+
+@st.composite
+def inputs(draw):
+    sizes = {r: draw(st.integers(2, 40)) for r in REGIONS}
+    poison = {r: draw(st.sets(st.integers(0, sizes[r] - 1), max_size=4)) for r in REGIONS}
+    for r, bad in poison.items():  # each poison record has a healthy record near it, or nothing can prove it
+        for p in bad:
+            assume(any(o not in bad for o in range(max(0, p - PROBE_SPAN), min(sizes[r], p + PROBE_SPAN + 1))))
+    return sizes, poison
+
+
+def simulate(sizes, poison, spans, retries: int, backoff: float, ratio: float = 1.0) -> Run:
+    service = Service([(lo, lo + length, frozenset(scope)) for lo, length, scope in spans])
+    s = Settings(dead_letter_path="/dead", region_attempts=ATTEMPTS, max_failure_ratio=ratio,
+                 dead_letter_retries=retries, dead_letter_retry_backoff_s=backoff, max_dead_letters_per_epoch=10)
+    run = Run(service, poison, sizes, s, published={r: [] for r in REGIONS}, dead={r: [] for r in REGIONS})
+    for epoch in range(600):
+        plan = run.epoch(epoch)
+        if done(run) or not plan.regions:
+            break
+    return run
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(inputs(), windows, st.sampled_from([0, 1, 2]), st.sampled_from([0.0, 3.0, 60.0]))
+def test_outages_of_any_scope_and_timing_dead_letter_no_healthy_record(data, spans, retries, backoff):
+    sizes, poison = data
+    run = simulate(sizes, poison, spans, retries, backoff)
+    assert done(run), f"the bounded query did not end: {run.record.regions if run.record else None}"
+    for r in REGIONS:
+        healthy_letters = [o for o in run.dead[r] if o not in poison[r]]
+        if run.service.outages(r) <= retries + 1:  # fewer outages than it takes to fool deadLetterRetries
+            assert not healthy_letters, f"healthy {r}@{healthy_letters} dead-lettered ({run.service.windows})"
+        assert sorted(set(run.dead[r]) & poison[r]) == sorted(poison[r])  # every poison record,
+        assert len(run.dead[r]) == len(set(run.dead[r]))  # once
+        assert run.published[r] == sorted(set(range(sizes[r])) - set(run.dead[r]))  # the rest once, in order
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.floats(0, 60), st.floats(0.05, 400), st.sampled_from([REGIONS, REGIONS[:2], ("b",)]))
+def test_the_defaults_ride_out_any_one_outage_and_still_dead_letter_poison(start, length, scope):
+    """deadLetterRetries and deadLetterRetryBackoff as shipped; one outage of up to ~7 minutes, with poison b@5,
+    b@9 and c@3 (issue 45's third scenario) in 20-record regions."""
+    from regional.protocol.settings import resolve_settings
+
+    s = resolve_settings({}, {"deadLetterPath": "/dead"}, {})
+    sizes = dict.fromkeys(REGIONS, 20)
+    poison = {"a": set(), "b": {5, 9}, "c": {3}, "d": set()}
+    run = simulate(sizes, poison, [(start, length, scope)], s.dead_letter_retries, s.dead_letter_retry_backoff_s)
+    assert done(run)
+    assert run.dead == {"a": [], "b": [5, 9], "c": [3], "d": []}
+    for r in REGIONS:
+        assert run.published[r] == sorted(set(range(20)) - poison[r])
+
+
+def test_the_issues_scenarios_on_a_timer():
+    """Issue 45's three failures: (1) every region down for about a minute, (2) two of four regions down, the outage
+    ending at every moment of a 15-s sweep (in the middle of epochs, between a task's attempts: before issue 45,
+    ending at 66.3 s dead-lettered a@0, b@0 and c@0, at 56.5 s with two regions down a@0 and b@0); (3) poison b@5, b@9
+    and c@3, no outage, retries off: each poison record dead-lettered once, and the query ends."""
+    sizes = dict.fromkeys(REGIONS, 16)
+    none: dict[str, set[int]] = {r: set() for r in REGIONS}
+    for scope in (REGIONS, REGIONS[:2]):
+        for k in range(75):
+            run = simulate(sizes, none, [(0.0, 55.0 + k * 0.2, scope)], 0, 0.0)
+            assert done(run) and run.dead == {r: [] for r in REGIONS}, (scope, 55.0 + k * 0.2, run.dead)
+            assert all(run.published[r] == list(range(16)) for r in REGIONS)
+    run = simulate(dict.fromkeys(REGIONS[:3], 20), {"a": set(), "b": {5, 9}, "c": {3}}, [], 0, 0.0)
+    assert done(run) and {r: v for r, v in run.dead.items() if v} == {"b": [5, 9], "c": [3]}
+
+
+def test_probes_skip_records_already_dead_lettered_and_split_after_a_failure_alone():
+    """Issue 45's third failure: b@9's probe held b@5, already dead-lettered, so it failed for ever. A poison record
+    stays poison: it is no neighbour."""
+    from regional.protocol.plan import probe_ranges
+
+    assert probe_ranges(9, 20, 0) == [(1, 9)]
+    assert probe_ranges(9, 20, 0, poison=(5,)) == [(6, 9)]  # the run nearest it
+    assert probe_ranges(9, 20, 0, poison=(8,)) == [(1, 8)]
+    assert probe_ranges(9, 20, 0, poison=tuple(range(1, 9))) == [(10, 18)]  # none before: the records after it
+    assert probe_ranges(0, 20, 0) == [(1, 9)]
+    assert probe_ranges(0, 20, 0, waits=1) == [(1, 2), (2, 3)]  # one of them may be poison too: each on its own
+    assert probe_ranges(0, 20, 0, waits=5) == [(o, o + 1) for o in range(1, 1 + PROBE_SPAN)]
+    assert probe_ranges(0, 3, 0, waits=5) == [(1, 2), (2, 3)] and probe_ranges(0, 1, 0, waits=5) == []
+
+
+def test_a_restart_decides_the_same_from_what_the_store_kept():
+    """The evidence lives in the epoch record: a run whose record goes through the store's JSON after every epoch (as
+    a restarted driver reads it) decides every epoch the same, dead letters and all."""
+    sizes = dict.fromkeys(REGIONS, 20)
+    poison = {"a": set(), "b": {5, 9}, "c": {0, 1}, "d": set()}
+    spans = [(1.0, 9.0, ("c",)), (12.0, 20.0, REGIONS)]
+    plain = simulate(sizes, poison, spans, 1, 3.0)
+
+    class Restarting(Run):
+        def epoch(self, epoch: int) -> EpochPlan:
+            if self.record is not None:
+                self.record = EpochRecord.from_json(self.record.to_json())
+            return super().epoch(epoch)
+
+    s = plain.settings
+    again = Restarting(Service([(lo, lo + n, frozenset(sc)) for lo, n, sc in spans]), poison, sizes, s,
+                       published={r: [] for r in REGIONS}, dead={r: [] for r in REGIONS})
+    for epoch in range(600):
+        plan = again.epoch(epoch)
+        if done(again) or not plan.regions:
+            break
+    assert done(plain) and plain.dead == again.dead == {"a": [], "b": [5, 9], "c": [0, 1], "d": []}
+    assert plain.published == again.published and plain.record == again.record
+
+
+def test_records_of_the_previous_version_decode_without_evidence():
+    from regional.store.model import RegionState, Standing, regions_from_columns, regions_to_columns
+
+    old = {"id": ["a"], "committed_offset": [37], "last_epoch": [3], "consecutive_failures": [0],
+           "state": ["quarantined"], "reason": ["q"], "isolating": [[37, 38]], "dead_letters": [1],
+           "timed_range": [None], "failed_alone": [1], "failed_alone_at": [5.0]}  # as 8411f30 writes it
+    a = regions_from_columns(old)["a"]
+    assert (a.failed_alone, a.failed_alone_at, a.alone_since, a.probe_passed, a.alone_waits, a.poison) == (
+        1, 5.0, None, None, 0, ())
+    new = {"a": a._replace(alone_since=4, probe_passed=6, alone_waits=2, poison=(33,), first_seen_epoch=0,
+                           first_seen_at=1.5), "b": RegionState(0, None, 0, Standing.OK)}
+    assert regions_from_columns(regions_to_columns(new)) == new
+    assert set(regions_to_columns({"b": RegionState(3, 1)})) == {  # a healthy query writes no new column
+        "id", "committed_offset", "last_epoch", "consecutive_failures", "state", "reason", "isolating",
+        "dead_letters", "timed_range"}
+
+
+def test_status_says_a_region_waits_on_what_looks_like_an_outage_and_ages_a_new_region_from_when_it_was_seen():
+    from regional.cli.status import render
+    from regional.store.model import EpochKind, RegionState, Standing
+    from regional.store.status import QueryStatus
+
+    t0 = 1_700_000_000.0
+    sizes = {"a": 10, "b": 10}
+    s = Settings(dead_letter_path="/dead", region_attempts=ATTEMPTS)
+    run = Run(Service([(t0, t0 + 1e9, frozenset({"a"}))]), {"a": set(), "b": set()}, sizes, s, now=t0,
+              published={"a": [], "b": []}, dead={"a": [], "b": []})
+    for epoch in range(12):
+        run.epoch(epoch)
+    a = run.record.regions["a"]
+    assert a.alone_waits and "looks like an outage, not poison" in (a.reason or "")
+    st = QueryStatus("ck", run.record.regions, [run.record], now=run.now)
+    assert st.waiting("a")[0] == "outage" and st.waiting("b") is None
+    assert st.to_json()["regions"]["a"]["waiting"]["looks_like"] == "outage"
+    assert st.progress().outage_suspects == 1 and st.progress().dead_letters == 0
+    assert "WAITING, looks like an outage, not poison" in render(st)
+    # a region that never committed: its ref_epoch -1 is as old as when it was first seen, not as the query
+    late = RegionState(0, None, 3, Standing.FALLEN_BACK, "down", first_seen_epoch=40, first_seen_at=t0 - 120)
+    record = EpochRecord(41, EpochKind.REGIONAL, {}, {}, {"n": late}, recorded_at=t0)
+    st = QueryStatus("ck", record.regions, [record], created_at=t0 - 86400, now=t0)
+    assert st.ref_age("n") == (2, 120.0)
+    before = late._replace(first_seen_epoch=None, first_seen_at=None)  # written before: as old as the query
+    assert QueryStatus("ck", {"n": before}, [record], created_at=t0 - 86400, now=t0).ref_age("n") == (42, 86400.0)
