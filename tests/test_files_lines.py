@@ -161,6 +161,9 @@ def test_a_compressed_copy_of_a_known_file_is_that_file_and_takes_its_place_once
     write(inp / "r" / "other.gz", gzip.compress(b"new\n"))  # any other compressed file is new input
     assert s.available(4) == {"r": 5}
     assert read_all(s, "r", 4, 5) == ["new"]
+    write(inp / "r" / "hb-2.txt.gz", gzip.compress(text))  # the same bytes, but no rotation of app.log.2: new input
+    assert s.available(5) == {"r": 9}
+    assert read_all(s, "r", 5, 9) == ["l0", "l1", "l2", "l3"]
 
 
 def test_the_line_format_is_fixed_for_the_checkpoint_and_refused_changed_with_safe_advice(tmp_path):

@@ -20,10 +20,12 @@ What is read
   holds none; ``wholetext=true`` makes each file one record. Bytes that are not UTF-8 read as U+FFFD.
 - **Compressed files**, by extension, as Hadoop's codecs: ``.gz``, ``.bz2``, ``.zst``, ``.lz4``, ``.snappy``
   (Hadoop's block framing, as Spark writes them), ``.deflate``. Offsets count decompressed lines. A compressed
-  file whose content is a known file's (logrotate's ``compress`` with ``delaycompress``: ``app.log.1`` becomes
-  ``app.log.2.gz``) is that file: never read twice (Spark's file source would read it again as a new file).
-  While the uncompressed file is still there, the compressed one is left unread; once it is gone, the
-  compressed file takes its place and offsets. Any other compressed file is new input.
+  file that is a rotation of a known file (the same directory and name once the codec's extension and a
+  rotation number are taken off: ``app.log.1`` and ``app.log.2.gz``, ``x.log`` and ``x.log.gz``) and holds its
+  content (logrotate's ``compress`` with ``delaycompress``, or ``gzip x.log``) is that file: never read twice
+  (Spark's file source would read it again as a new file). While the uncompressed file is still there, the
+  compressed one is left unread; once it is gone, the compressed file takes its place and offsets. Any other
+  compressed file is new input, even with the same content.
 
 Offsets: files in arrival order
 -------------------------------

@@ -24,6 +24,7 @@ from regional.inputs.files.manifest import (
     RegionFiles,
     file_changed,
     is_hidden,
+    rotation_of,
     short_digest,
 )
 from regional.inputs.files.source import FilesInput
@@ -254,7 +255,7 @@ class LocalFiles(FilesInput):
                 continue
             # A compressed copy of a known file (logrotate's compress) is that file: while the original is still
             # there (under its name, or renamed in this listing) it is not read; once it is gone, it takes its place.
-            original = next((s for s in known.files.values() if s.seq not in copied
+            original = next((s for s in known.files.values() if s.seq not in copied and rotation_of(s.name, name)
                              and (s.size, s.digest) == fp.content and s.lines == fp.lines), None)
             if original is None:
                 continue

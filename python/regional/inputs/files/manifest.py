@@ -175,6 +175,19 @@ def file_changed(region: str, span: FileSpan, how: str) -> RegionalConfigError:
         "checked by hand)")
 
 
+def rotation_of(original: str, copy: str) -> bool:
+    """Whether ``copy`` (a compressed file's path) names a rotation of ``original``: the same directory and name,
+    once the codec's extension and a rotation number (``.1``, ``.2``) are taken off both (``app.log.1`` and
+    ``app.log.2.gz``; ``app.log-20261126`` and ``app.log-20261126.gz``; ``x.txt`` and ``x.txt.gz``). Only such a
+    compressed copy of a known file is that file: other bytes alike are new input (a heartbeat)."""
+    def stem(name: str) -> str:
+        for ext in (".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate"):
+            name = name.removesuffix(ext)
+        return re.sub(r"\.\d+$", "", name)
+
+    return stem(original) == stem(copy)
+
+
 def glob_regex(pattern: str) -> re.Pattern[str]:
     """Hadoop's ``GlobPattern`` (Spark's ``pathGlobFilter``, matched against a file's name) as a regex: ``*``,
     ``?``, ``[abc]``, ``[^a]`` or ``[!a]``, ``{a,b}``, and ``\\`` escaping the next character."""

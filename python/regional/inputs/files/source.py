@@ -245,8 +245,9 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
         if span.lines and span.end > done:
             raise RegionalDataLossError(
                 f"source=files: file {span.name!r} of region {region!r} under {self.location} was deleted with offsets "
-                f"[{max(span.first_offset, done)}, {span.end}) not yet published: its records would be lost. Put "
-                f"it back (same name, same content), {NEW_START}")
+                f"[{max(span.first_offset, done)}, {span.end}) not yet published (or it no longer matches "
+                "pathGlobFilter, or took a hidden name): its records would be lost. Put it back (same name, same "
+                f"content; give pathGlobFilter as before), {NEW_START}")
         change.drop.append(span.seq)
 
     def _check_not_renamed(self, removed: list[str], new: Mapping[str, RegionChange]) -> None:
