@@ -32,6 +32,7 @@ from integration.helpers import (
     wait_for_epochs,
 )
 from regional.store import Store
+from regional.targets.base import RowsRejected
 from regional.targets.postgres import PostgresTarget, region_key
 
 KILLING = "python:integration.faults:KillingPostgres"
@@ -220,7 +221,7 @@ def test_spark_types_become_postgres_columns_and_values_survive(spark, postgres,
     assert columns == {"region": "text", "offset": "bigint", "text": "text", "tiny": "smallint", "i": "integer",
                        "big": "bigint", "f": "real", "d": "double precision", "dec": "numeric", "flag": "boolean",
                        "day": "date", "ts": "timestamp with time zone", "ntz": "timestamp without time zone",
-                       "raw": "bytea", "arr": "jsonb", "m": "jsonb", "st": "jsonb"}
+                       "raw": "bytea", "arr": "ARRAY", "m": "jsonb", "st": "jsonb"}
     assert [r[0] for r in rows] == ['x"y,z\nw', "", None]
     assert [r[1:4] for r in rows] == [(0, 0, 0), (1, 1, 10000000000), (2, 2, 20000000000)]
     assert [r[4] for r in rows] == [0.0, 0.5, 1.0] and rows[1][5] == pytest.approx(1 / 3) and rows[2][5] != rows[2][5]
@@ -430,3 +431,35 @@ def test_two_attempts_of_a_region_both_prepare_only_the_chosen_one_commits(spark
     finally:
         query.stop()
     assert_landed(postgres, table, expected_rows(merge(inputs, more)), ck)
+
+
+def test_rows_postgres_refuses_are_the_rows_failure_and_a_lock_timeout_is_not(postgres, tmp_path):
+    """A CHECK constraint, a NOT NULL column and a value out of a column's range (SQLSTATE classes 23 and 22) raise
+    RowsRejected from prepare, after the attempt's transaction is rolled back: nothing stays prepared or locked. A
+    row lock held elsewhere (lock_timeout, class 55) is the target's failure: not RowsRejected."""
+    with postgres.connect() as conn:
+        conn.execute('CREATE TABLE refusing (region text, "offset" bigint PRIMARY KEY, value text CHECK (value <> '
+                     "'bad'), small smallint NOT NULL)")
+    target = other_query(postgres, "refusing", tmp_path / "ck", lockTimeout="200ms")
+    schema = pa.schema([("region", pa.string()), ("offset", pa.int64()), ("value", pa.string()),
+                        ("small", pa.int64())])
+    target.open(schema)
+
+    def batch(offset: int, value: str, small: int | None) -> Iterator[pa.RecordBatch]:
+        yield pa.record_batch([["a"], [offset], [value], [small]], schema=schema)
+
+    for offset, value, small, state in [(1, "bad", 1, "23514"), (2, "ok", None, "23502"), (3, "ok", 40000, "22003")]:
+        with pytest.raises(RowsRejected, match=f"table refusing refused the rows \\(SQLSTATE {state}\\)"):
+            target.prepare(0, "a", batch(offset, value, small))
+    assert prepared(postgres) == []
+    holder = psycopg.connect(postgres.url)
+    try:
+        holder.execute('INSERT INTO refusing VALUES (\'a\', 4, \'ok\', 1)')  # uncommitted: holds key 4
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            target.prepare(0, "a", batch(4, "ok", 1))
+    finally:
+        holder.close()
+    assert prepared(postgres) == []
+    handle = target.prepare(0, "a", batch(4, "ok", 1))  # the lock is gone: the same row lands
+    target.commit(0, {"a": handle})
+    assert pg_rows(postgres, "refusing") == [("a", 4, "ok")]

@@ -1,0 +1,243 @@
+"""target=postgres against the stock piece it replaces, Spark's JDBC writer (``df.write.jdbc`` with the PostgreSQL JDBC
+driver from Maven Central), into the same real server: the same rows through both, read back by the same SQL and
+compared row by row and column by column (issue 47).
+
+Every Spark type Spark's JDBC writer takes (NaN and infinities, nested in arrays too; decimals at full precision;
+binary; dates; timestamps in session time zones whose offset had seconds: local mean time), the tables both create
+(createTableColumnTypes honoured), column names matched without case against an existing table; what the stock
+writer refuses (maps, structs, arrays of binary, arrays of arrays) regional writes as documented; options neither
+knows are refused by name; a row PostgreSQL refuses is dead-lettered, every other row lands once.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+import regional
+from integration.helpers import add_epoch_of_files, error_of, regional_stream
+from regional.testing import maven
+
+JDBC_DRIVER = "org.postgresql:postgresql:42.7.8"
+ROWS = 6  # offsets 0..5 of region a: each expression picks its value by offset
+
+
+def pick(*values: str) -> str:
+    assert len(values) == ROWS
+    return f"element_at(array({', '.join(values)}), CAST(offset AS INT) + 1)"
+
+
+TIMESTAMPS = ("'1960-01-01 00:00:00.123456'", "'1900-01-01 00:00:00'", "'1850-06-30 12:00:00.000001'",
+              "'2024-03-31 02:30:00'", "'2024-10-27 02:30:00'", "'1971-12-31 23:59:59.999999'")
+# Columns both writers take, as Spark SQL over (region, offset, value).
+BOTH = [
+    "value AS s",
+    pick("'x\"y,z\nw'", "''", "CAST(NULL AS STRING)", "'back\\\\slash {braces} \"q\"'", "'é\t'", "value") + " AS t",
+    pick("'abc'", "'abcdefgh'", "''", "CAST(NULL AS STRING)", "'x'", "'12345678'") + " AS code",
+    "CAST(offset - 3 AS TINYINT) AS tiny", "CAST(offset * -1000 AS SMALLINT) AS short",
+    pick("2147483647", "-2147483648", "0", "CAST(NULL AS INT)", "1", "-1") + " AS i",
+    pick("9223372036854775807L", "-9223372036854775808L", "0L", "CAST(NULL AS BIGINT)", "1L", "-1L") + " AS l",
+    pick("float('NaN')", "float('Infinity')", "float('-Infinity')", "CAST(1.1 AS FLOAT)", "CAST(3.4028235E38 AS FLOAT)",
+         "CAST(1.4E-45 AS FLOAT)") + " AS f",
+    pick("double('NaN')", "double('Infinity')", "double('-Infinity')", "0.1D", "4.9E-324D", "-0.0D") + " AS d",
+    pick("CAST('12345678901234567890.123456789012345678' AS DECIMAL(38,18))",
+         "CAST('-0.000000000000000001' AS DECIMAL(38,18))", "CAST(0 AS DECIMAL(38,18))",
+         "CAST(NULL AS DECIMAL(38,18))", "CAST('99999999999999999999.999999999999999999' AS DECIMAL(38,18))",
+         "CAST(1 AS DECIMAL(38,18))") + " AS dec",
+    "CAST(offset AS DECIMAL(5,2)) + 0.25 AS dec2",
+    pick("true", "false", "CAST(NULL AS BOOLEAN)", "true", "false", "true") + " AS bo",
+    pick("DATE'2024-02-29'", "DATE'1900-01-01'", "DATE'1970-01-01'", "DATE'1600-03-01'", "CAST(NULL AS DATE)",
+         "DATE'9999-12-31'") + " AS dt",
+    pick(*(f"TIMESTAMP{t}" for t in TIMESTAMPS)) + " AS ts",
+    pick(*(f"TIMESTAMP_NTZ{t}" for t in TIMESTAMPS)) + " AS ntz",
+    pick("X''", "X'00FF'", "CAST(NULL AS BINARY)", "X'5C78'", "CAST(value AS BINARY)", "X'22'") + " AS bin",
+    pick("array(1.5D, double('NaN'), double('Infinity'), double('-Infinity'), NULL)",
+         "CAST(array() AS ARRAY<DOUBLE>)", "CAST(NULL AS ARRAY<DOUBLE>)", "array(0.1D, -0.0D, 4.9E-324D)",
+         "array(double('NaN'))", "array(1D)") + " AS ad",
+    pick("array(float('NaN'), float('-Infinity'), CAST(1.1 AS FLOAT))", "CAST(array() AS ARRAY<FLOAT>)",
+         "CAST(NULL AS ARRAY<FLOAT>)", "array(CAST(NULL AS FLOAT))", "array(float('Infinity'))",
+         "array(CAST(3.4028235E38 AS FLOAT))") + " AS af",
+    pick("array(1, NULL, -2147483648)", "CAST(array() AS ARRAY<INT>)", "CAST(NULL AS ARRAY<INT>)", "array(0)",
+         "array(2147483647)", "array(CAST(NULL AS INT))") + " AS ai",
+    "array(offset, offset * 10000000000) AS al",
+    "array(CAST(offset AS SMALLINT), CAST(-offset AS TINYINT)) AS ash",
+    pick("array('a,b', 'c\"d', 'e\\\\f', '{g}', NULL, 'NULL')", "CAST(array() AS ARRAY<STRING>)",
+         "CAST(NULL AS ARRAY<STRING>)", "array('', ' ', 'é\n')", "array(value)", "array('x y')") + " AS ast",
+    pick("array(true, false, NULL)", "CAST(array() AS ARRAY<BOOLEAN>)", "CAST(NULL AS ARRAY<BOOLEAN>)",
+         "array(true)", "array(false)", "array(CAST(NULL AS BOOLEAN))") + " AS abo",
+    pick("array(DATE'2024-02-29', NULL)", "CAST(array() AS ARRAY<DATE>)", "CAST(NULL AS ARRAY<DATE>)",
+         "array(DATE'1600-03-01')", "array(DATE'9999-12-31')", "array(DATE'1970-01-01')") + " AS adt",
+    f"array({', '.join(f'TIMESTAMP{t}' for t in TIMESTAMPS)}) AS ats",
+    f"array({', '.join(f'TIMESTAMP_NTZ{t}' for t in TIMESTAMPS)}) AS antz",
+    pick("array(CAST('12345678901234567890.123456789012345678' AS DECIMAL(38,18)), NULL)",
+         "CAST(array() AS ARRAY<DECIMAL(38,18)>)", "CAST(NULL AS ARRAY<DECIMAL(38,18)>)",
+         "array(CAST('-0.000000000000000001' AS DECIMAL(38,18)))", "array(CAST(0 AS DECIMAL(38,18)))",
+         "array(CAST(1 AS DECIMAL(38,18)))") + " AS adec",
+]
+# What Spark's JDBC writer refuses ("Can't get JDBC type"; arrays of binary fail in the driver): regional's own.
+REGIONAL_ONLY = [
+    pick("map('k', 1.5D, 'n', double('NaN'))", "CAST(map() AS MAP<STRING, DOUBLE>)",
+         "CAST(NULL AS MAP<STRING, DOUBLE>)", "map('i', double('-Infinity'))",
+         "map('x', CAST(NULL AS DOUBLE))", "map(value, 0D)") + " AS m",
+    "named_struct('n', offset, 'd', double('Infinity'), 'b', X'01', 'ts', TIMESTAMP'1960-01-01 00:00:00') AS st",
+    "array(X'00FF', CAST(NULL AS BINARY), X'5C') AS abin",
+    "array(array(offset), CAST(array() AS ARRAY<BIGINT>)) AS aa",
+]
+COLUMN_TYPES = "code VARCHAR(8), `dec2` DECIMAL(7,3)"
+KEY = '"region", "offset"'
+
+
+@pytest.fixture(scope="module")
+def jdbc(spark, postgres):
+    """Spark's JDBC writer into the test server: the PostgreSQL JDBC driver (Maven Central, cached) added to the
+    running session, as ``ADD JAR`` does for a user."""
+    jar = next(maven.fetch("postgresql-jdbc-42.7.8", [JDBC_DRIVER], transitive=False).glob("postgresql-*.jar"))
+    spark.sql(f"ADD JAR '{jar}'")
+    return (f"jdbc:postgresql://127.0.0.1:{postgres.port}/postgres",
+            {"user": "postgres", "driver": "org.postgresql.Driver"})
+
+
+def start(df, postgres, table: str, ck: Path, **options: str):
+    writer = (df.writeStream.format("regional").option("target", "postgres").option("url", postgres.url)
+              .option("table", table).option("keepRegionColumns", "true").option("checkpointLocation", str(ck)))
+    for k, v in options.items():
+        writer = writer.option(k, v)
+    return writer.start()
+
+
+def run(query) -> None:
+    try:
+        query.processAllAvailable()
+        assert query.exception() is None, query.exception()
+    finally:
+        query.stop()
+
+
+def the_input(spark, inp: Path, ck: Path):
+    """Region a's records through regional's source, and the same rows as a batch DataFrame for the stock writer."""
+    values = add_epoch_of_files(inp, ["a"], "001", ROWS)["a"]
+    stream = regional_stream(spark, inp, ck).select("region", "offset", "value")
+    static = spark.createDataFrame([("a", o, v) for o, v in enumerate(values)], stream.schema)
+    return stream, static
+
+
+def columns(postgres, table: str) -> list[tuple]:
+    with postgres.connect() as conn:
+        return conn.execute(
+            "SELECT column_name, data_type, udt_name, character_maximum_length, numeric_precision, numeric_scale, "
+            "is_nullable FROM information_schema.columns WHERE table_name = %s ORDER BY ordinal_position",
+            (table,)).fetchall()
+
+
+def rows_as_text(postgres, table: str, names: list[str]) -> list[tuple]:
+    """Every value as PostgreSQL prints it (the session's TimeZone is UTC), in key order."""
+    select = ", ".join(f'"{n}"::text' for n in names)
+    with postgres.connect() as conn:
+        conn.execute("SET TimeZone = 'UTC'")
+        return conn.execute(f'SELECT {select} FROM "{table}" ORDER BY {KEY}').fetchall()
+
+
+def assert_same_rows(postgres, mine: str, stock: str, names: list[str]) -> None:
+    got, want = rows_as_text(postgres, mine, names), rows_as_text(postgres, stock, names)
+    assert len(got) == len(want) == ROWS, (len(got), len(want))
+    for row_got, row_want in zip(got, want, strict=True):
+        differ = {n: (g, w) for n, g, w in zip(names, row_got, row_want, strict=True) if g != w}
+        assert not differ, f"row {row_want[:2]}: column: (regional, stock): {differ}"
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Africa/Monrovia", "Europe/Amsterdam"])
+def test_every_type_lands_as_spark_jdbc_writes_it_in_every_session_time_zone(spark, postgres, jdbc, tmp_path, zone):
+    """Monrovia's offset was -0:44:30 until 1972 and every zone had local mean time before about 1900 (offsets with
+    seconds); 2024-03-31 02:30 does not exist in Amsterdam and 2024-10-27 02:30 happens twice there."""
+    url, properties = jdbc
+    name = zone.replace("/", "_").lower()
+    previous = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", zone)
+    try:
+        stream, static = the_input(spark, tmp_path / "in", tmp_path / "ck")
+        run(start(stream.selectExpr("region", "offset", *BOTH, *REGIONAL_ONLY), postgres, f"mine_{name}",
+                  tmp_path / "ck", createTableColumnTypes=COLUMN_TYPES))
+        static.selectExpr("region", "offset", *BOTH).write.option("createTableColumnTypes", COLUMN_TYPES).jdbc(
+            url, f"stock_{name}", mode="append", properties=properties)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", previous)
+    mine, stock = columns(postgres, f"mine_{name}"), columns(postgres, f"stock_{name}")
+    assert mine[:len(stock)] == stock  # the same columns, types, lengths, precisions and nullability
+    assert ("code", "character varying", "varchar", 8, None, None, "YES") in stock
+    names = [c[0] for c in stock]
+    assert_same_rows(postgres, f"mine_{name}", f"stock_{name}", names)
+    # What only regional writes: jsonb as Spark's to_json writes it (NaN and infinities as strings, binary as
+    # base64, an empty map {}, timestamps as UTC instants), arrays of binary as bytea[], arrays of arrays as jsonb.
+    assert [c[1:3] for c in mine[len(stock):]] == [("jsonb", "jsonb"), ("jsonb", "jsonb"), ("ARRAY", "_bytea"),
+                                                   ("jsonb", "jsonb")]
+    extra = rows_as_text(postgres, f"mine_{name}", ["m", "st", "abin", "aa"])
+    assert [r[0] for r in extra] == ['{"k": 1.5, "n": "NaN"}', "{}", None, '{"i": "-Infinity"}', '{"x": null}',
+                                     '{"a-001-5": 0.0}']
+    instant = {"UTC": "1960-01-01T00:00:00.000000Z", "Africa/Monrovia": "1960-01-01T00:44:30.000000Z",
+               "Europe/Amsterdam": "1959-12-31T23:00:00.000000Z"}
+    assert extra[0][1] == f'{{"b": "AQ==", "d": "Infinity", "n": 0, "ts": "{instant[zone]}"}}'  # jsonb's key order
+    assert {r[2] for r in extra} == {'{"\\\\x00ff",NULL,"\\\\x5c"}'}
+    assert extra[1][3] == "[[1], []]"
+
+
+def test_an_existing_table_is_matched_without_case_as_spark_jdbc_matches_it(spark, postgres, jdbc, tmp_path):
+    """The table says id and "Value" and has a column with a default; the query says ID and value."""
+    url, properties = jdbc
+    with postgres.connect() as conn:
+        for table in ("cased_mine", "cased_stock"):
+            conn.execute(f'CREATE TABLE {table} (region text, "offset" bigint, id bigint, "Value" text, '
+                         "ints integer[], added text NOT NULL DEFAULT 'default')")
+    stream, static = the_input(spark, tmp_path / "in", tmp_path / "ck")
+    select = ["region", "offset", "offset * 7 AS ID", "value AS value", "array(CAST(offset AS INT), NULL) AS INTS"]
+    run(start(stream.selectExpr(*select), postgres, "cased_mine", tmp_path / "ck"))
+    static.selectExpr(*select).write.jdbc(url, "cased_stock", mode="append", properties=properties)
+    assert_same_rows(postgres, "cased_mine", "cased_stock", ["region", "offset", "id", "Value", "ints", "added"])
+    assert rows_as_text(postgres, "cased_mine", ["id", "Value", "ints", "added"])[1] == ("7", "A-001-1", "{1,NULL}",
+                                                                                         "default")
+
+
+def test_options_neither_writer_knows_are_refused_by_name_and_refused_stock_options_say_why(spark, postgres,
+                                                                                             tmp_path):
+    stream, _static = the_input(spark, tmp_path / "in", tmp_path / "ck")
+    df = stream.select("region", "offset", "value")
+    cases = {  # each start is a few Python processes: the rest is tests/test_postgres_target.py's, without Spark
+        "createTableColumTypes": "'createTableColumTypes' is not an option.*Did you mean 'createTableColumnTypes'",
+        "batchsize": "'batchsize' is not supported by regional: regional writes each region's slice with one COPY",
+    }
+    for option, message in cases.items():
+        got = error_of(lambda option=option: start(df, postgres, "refused", tmp_path / "ck", **{option: "x"}))
+        assert re.search(message, got), (option, got[-1500:])
+    got = error_of(lambda: start(df, postgres, "refused", tmp_path / "ck", truncate="true"))
+    assert "truncate='true'" in got and "mode overwrite" in got, got[-1500:]
+    with postgres.connect() as conn:
+        assert conn.execute("SELECT to_regclass('refused')").fetchone() == (None,)
+
+
+def test_a_row_postgres_refuses_is_dead_lettered_and_every_other_row_lands_once(spark, postgres, tmp_path):
+    """A CHECK constraint refuses one record, a NOT NULL column another (SQLSTATE class 23), a value out of the
+    column's range a third (class 22): with dead letters on, each is isolated and dead-lettered with PostgreSQL's
+    error, and every other record of the region is published exactly once."""
+    inp, ck, dlq = tmp_path / "in", tmp_path / "ck", tmp_path / "dead-letters"
+    inputs = add_epoch_of_files(inp, ["a", "b"], "001", 40)
+    with postgres.connect() as conn:
+        conn.execute('CREATE TABLE checked (region text, "offset" bigint, value text CHECK (value <> \'a-001-7\'), '
+                     "maybe text NOT NULL, small smallint, PRIMARY KEY (region, \"offset\"))")
+    df = regional_stream(spark, inp, ck).selectExpr(
+        "region", "offset", "value", "CASE WHEN value = 'a-001-20' THEN NULL ELSE value END AS maybe",
+        "CASE WHEN value = 'b-001-33' THEN 40000 ELSE offset END AS small")
+    run(start(df, postgres, "checked", ck, deadLetterPath=str(dlq)))
+    refused = {("a", 7), ("a", 20), ("b", 33)}
+    with postgres.connect() as conn:
+        landed = conn.execute('SELECT region, "offset", value FROM checked ORDER BY region, "offset"').fetchall()
+    assert landed == [(r, o, v) for r in ("a", "b") for o, v in enumerate(inputs[r]) if (r, o) not in refused]
+    letters = sorted(DeltaTable(str(dlq)).to_pyarrow_table().to_pylist(), key=lambda r: (r["region"], r["offset"]))
+    assert [(r["region"], r["offset"], r["value"]) for r in letters] == [
+        (r, o, inputs[r][o]) for r, o in sorted(refused)]
+    assert all(r["error"].startswith("RowsRejected: target=postgres: table checked refused the rows (SQLSTATE 2")
+               for r in letters), [r["error"] for r in letters]
+    assert {s.committed_offset for s in regional.status(ck).regions.values()} == {40}
+    with postgres.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM pg_prepared_xacts").fetchone() == (0,)
