@@ -36,13 +36,16 @@ are read ``read_committed``, never one of an aborted transaction); ``replayGroup
 - A letter below where this replay already is (late), one deleted by the topic's retention before any replay
   took it, or a topic created again, fails the replay, saying so: absence is never success.
 
-Modules: ``letters`` (a letter, a task's read), ``marks`` (the marks topic and group), ``source`` (the rest).
+Modules: ``letters`` (a letter, a task's read), ``marks`` (the marks topic and group), ``options``, ``summary``
+(the CLI's), ``source`` (the rest).
 
 Where each method runs: the index, ``available``, ``before_splits``, ``split`` and ``on_recorded`` on the driver
 (``on_recorded`` also in the sink's phase two when no ``kafka.*`` option is a credential: ``phase_two_options``);
 ``read`` in the task, with a consumer of its own that reads only the positions in its split.
 """
 
-from regional.inputs.deadletter_topic.source import OPTIONS, DeadLetterTopicInput, topic_summary
+from regional.inputs.deadletter_topic.options import TOPIC_OPTIONS as OPTIONS
+from regional.inputs.deadletter_topic.source import DeadLetterTopicInput
+from regional.inputs.deadletter_topic.summary import topic_summary
 
 __all__ = ["OPTIONS", "DeadLetterTopicInput", "topic_summary"]

@@ -300,6 +300,8 @@ class MarksStore:
         from confluent_kafka import KafkaException
         from confluent_kafka.admin import NewTopic
 
+        if self._checked:  # it exists, compacted
+            return
         admin = self._admin()
         found = admin.list_topics(self.marks_topic, timeout=self.timeout_s).topics.get(self.marks_topic)
         if found is None or found.error is not None:

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from regional import failpoints
-from regional.dead_letters import DeadLetterSummary
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs.base import BATCH_ROWS, AcknowledgingInput, RegionInput, StoredInput
 from regional.inputs.deadletter_rows import plain_type, spark_ddl
@@ -28,8 +27,8 @@ from regional.inputs.deadletter_topic.letters import (
     read_letters,
 )
 from regional.inputs.deadletter_topic.marks import Mark, MarksStore, Takes, runs_of
+from regional.inputs.deadletter_topic.options import TOPIC_OPTIONS
 from regional.inputs.kafka import FETCH_WAIT_MS, KafkaError, client_log
-from regional.options import Option, OptionTable
 from regional.protocol.settings import parse_bool, parse_int
 from regional.store.model import EpochRecord
 from regional.targets import TOPIC_PLACE
@@ -54,44 +53,8 @@ REFUSED = {
 
 
 
-_STARTS = "a replay takes every letter no replay has marked, up to the topic's end when each epoch is planned"
-OPTIONS = OptionTable("source=deadLetters (a dead-letter topic)", [
-    Option("topic", "required", "The dead-letter topic to replay: the `deadLetterTopic` of the query whose dead "
-                                "letters to replay."),
-    Option("kafka.bootstrap.servers", "required", "The dead-letter topic's brokers."),
-    Option("kafka.", "", "Every librdkafka consumer setting (security, SASL, ...) by its name, as the Kafka source "
-                         "takes them; the marks' producer uses them too. With a credential among them, only the "
-                         "reader makes the marks (they never go into the plan).", prefix=True),
-    Option("kafka.isolation.level", "read_committed", "Only `read_committed`: a letter of an aborted transaction was "
-                                                      "never dead-lettered; another value is refused."),
-    Option("kafka.group.id", "", "", refused="the group that shows the replay's marks is `replayGroup`"),
-    Option("kafka.enable.auto.commit", "", "", refused="the marks are written after each recorded epoch"),
-    Option("kafka.auto.offset.reset", "", "", refused=_STARTS),
-    Option("replayGroup", "regional-replayed-<topic>", "The consumer group that shows which letters were replayed "
-                                                       "(`kafka-consumer-groups --describe`), written with the marks."),
-    Option("replayMarksTopic", "the replayGroup's name", "The compacted topic that keeps the marks (which letters "
-                                                         "were replayed); created with `cleanup.policy=compact` when "
-                                                         "missing. One with `delete` in its cleanup.policy is "
-                                                         "refused: its marks would expire."),
-    Option("failOnDataLoss", "true", "Letters deleted by retention before any replay took them fail the replay "
-                                     "(false: go on with a warning), as on the Kafka source.", stock=True),
-    Option("metadataTimeoutMs", "30000", "Each call to the brokers, in milliseconds."),
-    Option("kafkaConsumer.pollTimeoutMs", "120000", "How long a task waits for a letter, in milliseconds.",
-           stock=True),
-    Option("subscribe", "", "", refused="a replay reads the one dead-letter topic named by `topic`", stock=True),
-    Option("subscribePattern", "", "", refused="a replay reads the one dead-letter topic named by `topic`",
-           stock=True),
-    Option("assign", "", "", refused="a replay reads every partition of the topic named by `topic`", stock=True),
-    Option("startingOffsets", "", "", refused=_STARTS, stock=True),
-    Option("startingOffsetsByTimestamp", "", "", refused=_STARTS, stock=True),
-    Option("startingTimestamp", "", "", refused=_STARTS, stock=True),
-    Option("endingOffsets", "", "", refused=_STARTS, stock=True),
-    Option("includeHeaders", "", "", refused="a Kafka record's own headers come back as its source read them (with "
-                                             "includeHeaders on the query that dead-lettered it)", stock=True),
-])
-
-
 class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingInput):
+    OPTIONS = TOPIC_OPTIONS  # what the reader checks a replay's options against (``options.declared_by``)
     schema: pa.Schema
     schema_ddl: str
     sparse = True
@@ -565,6 +528,9 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
             return
         partitions = self._partitions()
         before = self.marks.read(partitions) if partitions else {}  # a group's older marks: carried over first
+        if partitions and all(p in before and before[p].meta.get("replayed_by") == self._query_id()
+                              and int(before[p].meta.get("epoch", -1)) >= record.epoch for p in partitions):
+            return  # marked already (the sink's phase two, then the reader hearing the same record)
         positions: dict[int, list[int]] = {}
         for letter in self._letters:
             positions.setdefault(letter.partition, []).append(letter.position)
@@ -612,25 +578,3 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         rows = read_letters(self._conf(), self.topic, region, start, end, split, self.poll_timeout_s, self.schema)
         if rows:
             yield from pa.Table.from_pylist(rows, schema=self.schema).to_batches(max_chunksize=batch_rows)
-
-
-def topic_summary(options: Mapping[str, str]) -> DeadLetterSummary:
-    """``python -m regional dead-letters kafka:<topic>``: the letters in the topic (``options`` as the replay's:
-    ``topic``, ``kafka.bootstrap.servers``, ``kafka.*``, ``replayGroup``), which of them a replay took (the
-    group's marks), by region and error class."""
-    source = DeadLetterTopicInput(options, read_letters=False)
-    out = DeadLetterSummary(TOPIC_PLACE + source.topic, None)
-    seen: list[tuple[Letter, int, str]] = []
-
-    def visit(letter: Letter, headers: dict[str, bytes]) -> None:
-        error = headers.get(HEADER + "error.class", b"unknown").decode(errors="replace")
-        message = headers.get(HEADER + "error.message", b"").decode(errors="replace")
-        epoch = headers.get(HEADER + "epoch")
-        seen.append((letter, int(epoch) if epoch is not None else -1, f"{error}: {message}" if message else error))
-
-    source._read_topic(visit=visit)
-    taken = source._group_takes(first=True, carry=False)  # reads; never writes
-    for letter, epoch, error in seen:
-        out.add(letter.region, letter.offset, epoch, error, letter.position in taken.get(letter.partition, Takes()))
-    return out
-
