@@ -29,8 +29,24 @@ def kafka(**options: str) -> KafkaInput:
     ({"subscribe": "", "assign": "[0, 1]"}, "assign '\\[0, 1\\]' is not valid"),
     ({"startingOffsets": '{"orders": {"0": oops}}'}, "startingOffsets .* is not 'earliest', 'latest' or JSON"),
     ({"startingOffsets": '{"orders": {"0": -3}}'}, "-2 \\(earliest\\) or -1 \\(latest\\)"),
-    ({"kafka.auto.offset.reset": "earliest"}, "use startingOffsets"),
-    ({"kafka.enable.auto.commit": "true"}, "use commitOffsetsToGroup"),
+    ({"kafka.auto.offset.reset": "earliest"}, "auto.offset.reset'.*set startingOffsets"),
+    ({"kafka.enable.auto.commit": "true"}, "enable.auto.commit'.*set commitOffsetsToGroup"),
+    ({"kafka.key.deserializer": "x"}, "key.deserializer'.*read as bytes"),
+    ({"kafka.value.deserializer": "x"}, "value.deserializer'.*read as bytes"),
+    ({"kafka.interceptor.classes": "x"}, "interceptor.classes'.*remove it"),
+    ({"endingOffsets": "latest"}, "'endingOffsets'.*streaming"),
+    ({"endingOffsetsByTimestamp": "{}"}, "'endingOffsetsByTimestamp'.*streaming"),
+    ({"endingTimestamp": "1"}, "'endingTimestamp'.*no end"),
+    ({"minPartitions": "8"}, "'minPartitions'.*one task"),
+    ({"maxRecordsPerPartition": "8"}, "'maxRecordsPerPartition'.*maxRecordsPerRegion"),
+    ({"minOffsetsPerTrigger": "8"}, "'minOffsetsPerTrigger'"),
+    ({"maxTriggerDelay": "5m"}, "'maxTriggerDelay'"),
+    ({"startingTimestamp": "yesterday"}, "startingTimestamp 'yesterday' is not a whole number"),
+    ({"startingTimestamp": "5", "startingOffsets": "earliest"}, "startingTimestamp and startingOffsets both"),
+    ({"startingOffsetsByTimestamp": '{"orders": {"0": "x"}}'}, "startingOffsetsByTimestamp .* is not JSON"),
+    ({"startingOffsetsByTimestampStrategy": "latest"}, "applies only with startingTimestamp"),
+    ({"startingTimestamp": "5", "startingOffsetsByTimestampStrategy": "first"}, "use 'error' .* or 'latest'"),
+    ({"fetchOffset.numRetries": "-1"}, "fetchOffset.numRetries=-1 is too small"),
     ({"kafka.isolation.level": "serializable"}, "read_committed or read_uncommitted"),
     ({"kafka.no.such.setting": "1"}, "not a consumer setting"),
     ({"failOnDataLoss": "maybe"}, "not a boolean"),
@@ -46,10 +62,48 @@ def test_the_input_is_a_retained_input_pickles_without_clients_and_types_rows_as
     assert source.consumer_conf["isolation.level"] == "read_uncommitted"  # Spark's default
     source._admin = object()
     assert pickle.loads(pickle.dumps(source))._admin is None
-    assert source.schema_ddl.startswith("region STRING, offset BIGINT, key BINARY, value BINARY, topic STRING, "
-                                        "partition INT, timestamp TIMESTAMP, timestampType INT")
-    assert source.schema_ddl.endswith("headers ARRAY<STRUCT<key: STRING, value: BINARY>>")
-    assert source.schema.names[:2] == ["region", "offset"]
+    # Spark's columns in Spark's order (headers included), then regional's region
+    assert source.schema_ddl == ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
+                                 "timestamp TIMESTAMP, timestampType INT, "
+                                 "headers ARRAY<STRUCT<key: STRING, value: BINARY>>, region STRING")
+    assert source.schema.names == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
+                                   "headers", "region"]
+    assert kafka().schema.names == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
+                                    "region"]
+
+
+def test_every_option_of_sparks_kafka_source_is_declared_and_every_declared_refusal_is_refused():
+    """Spark 4.2's KafkaSourceProvider options (its keys, lower-cased there) each have regional's answer."""
+    from regional.inputs.kafka import OPTIONS
+
+    spark = ["assign", "subscribe", "subscribePattern", "startingOffsets", "endingOffsets",
+             "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "startingTimestamp", "endingTimestamp",
+             "failOnDataLoss", "minPartitions", "maxRecordsPerPartition", "maxOffsetsPerTrigger",
+             "minOffsetsPerTrigger", "maxTriggerDelay", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
+             "kafkaConsumer.pollTimeoutMs", "startingOffsetsByTimestampStrategy", "groupIdPrefix", "includeHeaders",
+             "kafka.bootstrap.servers", "kafka.group.id", "kafka.isolation.level", "kafka.security.protocol"]
+    for name in spark:
+        found = OPTIONS.find(name.lower())
+        assert found is not None and found.stock, name
+    for option in OPTIONS.options:
+        if option.refused is not None:
+            with pytest.raises(RegionalConfigError, match=f"does not take '{option.name}'"):
+                KafkaInput({**BASE, option.name: "1"})
+
+
+def test_group_ids_of_the_tasks_consumers():
+    assert kafka().reader_group == "regional-reader"
+    assert kafka(**{"kafka.group.id": "mine"}).reader_group == "mine"
+    prefixed = kafka(groupIdPrefix="team-a")
+    assert prefixed.reader_group.startswith("team-a-") and prefixed.reader_group.endswith("-executor")
+    assert kafka(groupIdPrefix="team-a", **{"kafka.group.id": "mine"}).reader_group == "mine"  # as Spark
+
+
+def test_a_pattern_is_found_anywhere_in_a_topic_name_as_sparks_admin_client_strategy_does():
+    source = kafka(subscribe="", subscribePattern=" orders ")
+    assert source.selects("orders-0") and source.selects("old-orders.eu-3") and not source.selects("order-1")
+    anchored = kafka(subscribe="", subscribePattern="^orders$")
+    assert anchored.selects("orders-0") and not anchored.selects("old-orders-0")
 
 
 def test_starting_offsets_earliest_latest_and_json():
@@ -61,7 +115,7 @@ def test_starting_offsets_earliest_latest_and_json():
     source = kafka(startingOffsets='{"orders": {"0": 23, "1": -2}}')
     source._log_starts = {"orders-0": 10, "orders-1": 0}
     assert source.starting_offsets(available) == {"orders-0": 23, "orders-1": 0}
-    with pytest.raises(RegionalConfigError, match="not for orders-1"):
+    with pytest.raises(RegionalConfigError, match="no offset for orders-1"):
         kafka(startingOffsets='{"orders": {"0": 23}}').starting_offsets(available)
     with pytest.raises(RegionalConfigError, match="past its end 50"):
         kafka(startingOffsets='{"orders": {"0": 51, "1": 0}}').starting_offsets(available)

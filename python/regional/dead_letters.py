@@ -57,6 +57,9 @@ def dead_letter_rows(payload: bytes, region: str, offset: int, epoch: int, error
     if n < 1 or set(regions) != {region} or offsets != list(range(offset, offset + n)):
         raise RegionalPlanError(f"the dead letter of region {region!r} at offset {offset} arrived as {n} row(s) of "
                                 f"regions {sorted(set(map(str, regions)))[:3]}, offsets {offsets[:3]}")
+    # region and offset first, wherever the source has them (Kafka's are Spark's offset and a last region): a
+    # dead-letter table's columns stay region, offset, the source's others, epoch, error.
+    records = records.select(["region", "offset", *(c for c in names if c not in ("region", "offset"))])
     return (records.append_column("epoch", pa.array([epoch] * n, pa.int64()))
             .append_column("error", pa.array([error] * n, pa.string())))
 

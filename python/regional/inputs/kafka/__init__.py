@@ -1,15 +1,10 @@
-"""``source=kafka``: one region per topic-partition, with Spark's Kafka source options and row types.
+"""``source=kafka``: one region per topic-partition, with Spark's Kafka source's options, columns and row types.
 
-Options, as Spark's Kafka source names them: ``kafka.bootstrap.servers``; exactly one of ``subscribe``
-(comma list), ``subscribePattern`` (a Java-style regex matching whole topic names) and ``assign``
-(JSON ``{"topic": [0, 1]}``); ``startingOffsets`` (``earliest``, ``latest`` or JSON per partition, -2
-earliest, -1 latest; only for a new query); ``failOnDataLoss``; ``maxOffsetsPerTrigger``;
-``includeHeaders``; ``kafkaConsumer.pollTimeoutMs``; every other ``kafka.*`` option goes to the
-consumer (librdkafka's names, e.g. ``kafka.isolation.level``, ``kafka.security.protocol``). Like
-Spark's, the consumer reads ``read_uncommitted`` unless ``kafka.isolation.level`` says otherwise.
-Regional's own: ``commitOffsetsToGroup`` (after each recorded epoch, every region's committed offset
-is committed to that consumer group, so Kafka's lag tools show regional progress) and
-``metadataTimeoutMs`` (how long the driver waits for the broker, default 30 s).
+The options are Spark's (``options.OPTIONS`` lists every option of Spark's Kafka source with regional's answer: honoured
+with Spark's meaning, or refused at start), plus regional's ``commitOffsetsToGroup`` and ``metadataTimeoutMs``. The
+columns are Spark's, in Spark's order (``key, value, topic, partition, offset, timestamp, timestampType[, headers]``),
+then regional's ``region``. ``kafka.*`` options go to the consumer in librdkafka's names; like Spark's, it reads
+``read_uncommitted`` unless ``kafka.isolation.level`` says otherwise.
 
 Region id ``<topic>-<partition>``. A region's offset is the Kafka offset: not contiguous
 (transaction markers, compaction), so a committed offset is "the next Kafka offset to read".
@@ -20,72 +15,54 @@ a partition the options no longer select (the subscription changed) is no longer
 
 from __future__ import annotations
 
-import atexit
 import bisect
 import json
-import logging
 import re
-import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalError, RegionalStoreError
+from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs.base import BATCH_ROWS, AcknowledgingInput, RegionInput, RetainedInput, StoredInput
-from regional.protocol.settings import parse_bool, parse_int
+from regional.inputs.kafka.options import EARLIEST, LATEST, OPTIONS, Starting, parse_assign, parse_starting
+from regional.inputs.kafka.reading import (
+    CONSUMERS,
+    FETCH_WAIT_MS,
+    HEADERS,
+    SCHEMA,
+    SCHEMA_DDL,
+    SCHEMA_WITH_HEADERS,
+    SCHEMA_WITH_HEADERS_DDL,
+    STALE_CONSUMER_S,
+    ConsumerPool,
+    KafkaError,
+    PartitionSplit,
+    _of,
+    _offset_of,
+    _Rows,
+    client_log,
+    log,
+)
+from regional.protocol.settings import parse_bool, parse_int, parse_optional_int
 from regional.store.model import EpochRecord
-from regional.switches import switched_on
 
 if TYPE_CHECKING:
     from regional.store import Store
     from regional.store.source_log import SourceLog
 
-log = logging.getLogger("regional.kafka")
-# librdkafka's own log lines (reconnects, retries): quiet unless a user turns this logger up. Failures that
-# matter reach regional as errors, each with its own message.
-client_log = logging.getLogger("regional.kafka.client")
-if client_log.level == logging.NOTSET:
-    client_log.setLevel(logging.CRITICAL)
+__all__ = ["CONSUMERS", "EARLIEST", "FETCH_WAIT_MS", "HEADERS", "LATEST", "OPTIONS", "SCHEMA", "SCHEMA_WITH_HEADERS",
+           "ConsumerPool", "KafkaError", "KafkaInput", "PartitionSplit", "client_log", "create", "region_of"]
 
-SCHEMA = pa.schema([
-    ("region", pa.string()), ("offset", pa.int64()), ("key", pa.binary()), ("value", pa.binary()),
-    ("topic", pa.string()), ("partition", pa.int32()), ("timestamp", pa.timestamp("us", tz="UTC")),
-    ("timestampType", pa.int32()),
-])
-SCHEMA_DDL = ("region STRING, offset BIGINT, key BINARY, value BINARY, topic STRING, partition INT, "
-              "timestamp TIMESTAMP, timestampType INT")
-HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
-
-EARLIEST, LATEST = -2, -1
-# Options Spark's Kafka source refuses, and what to use instead.
-REFUSED = {
-    "kafka.auto.offset.reset": "startingOffsets",
-    "kafka.enable.auto.commit": "commitOffsetsToGroup",
-    "kafka.key.deserializer": "a cast or UDF on the binary key column",
-    "kafka.value.deserializer": "a cast or UDF on the binary value column",
-    "kafka.interceptor.classes": "nothing (Java consumer interceptors do not exist here)",
-}
-INTERNAL_TOPIC = re.compile(r"^__")
-FETCH_WAIT_MS = "10"  # fetch.wait.max.ms of the tasks' consumers, unless kafka.fetch.wait.max.ms says otherwise
-STALE_CONSUMER_S = 5.0  # a pooled consumer silent this long within a read is replaced by a new one, once
-
-
-class KafkaError(RegionalError):
-    """The broker did not answer, or answered with an error regional cannot read past."""
+# Kafka's internal topics all start with this (Topic.isInternal: __consumer_offsets, __transaction_state,
+# __share_group_state); only such topics are asked whether they are internal, and only the broker's answer decides.
+INTERNAL_PREFIX = "__"
 
 
 def create(options: dict[str, str]) -> KafkaInput:
     return KafkaInput(options)
-
-
-@dataclass(frozen=True)
-class PartitionSplit:
-    topic: str
-    partition: int
 
 
 def region_of(topic: str, partition: int) -> str:
@@ -119,21 +96,26 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
             if not self.subscribe:
                 raise RegionalConfigError("source=kafka: 'subscribe' names no topic; give a comma list of topics")
         elif opts.get("subscribepattern"):
-            try:
-                self.pattern = re.compile(opts["subscribepattern"])
+            try:  # Spark trims it, and finds it anywhere in a topic's name (Scala's findFirstIn)
+                self.pattern = re.compile(opts["subscribepattern"].strip())
             except re.error as exc:
                 raise RegionalConfigError(f"source=kafka: subscribePattern {opts['subscribepattern']!r} is not a "
                                           f"valid regular expression: {exc}") from None
         else:
-            self.assign = _parse_assign(opts["assign"])
-        self.starting = _parse_starting_offsets(opts.get("startingoffsets", "latest"))
-        for key, instead in REFUSED.items():
-            if key in opts:
-                raise RegionalConfigError(f"source=kafka does not take {key!r}: use {instead}")
+            self.assign = parse_assign(opts["assign"])
+        for key in sorted(options):  # as the reader's check, for an input built directly
+            declared = OPTIONS.find(key)
+            if declared is not None and declared.refused is not None:
+                raise RegionalConfigError(f"source=kafka does not take {declared.name!r}: {declared.refused}")
+        self.starting: Starting = parse_starting(opts)
         self.fail_on_data_loss = parse_bool(opts, "failOnDataLoss", default="true")
         self.include_headers = parse_bool(opts, "includeHeaders", default="false")
         self.poll_timeout_s = parse_int(opts, "kafkaConsumer.pollTimeoutMs", minimum=1, default="120000") / 1000
         self.metadata_timeout_s = parse_int(opts, "metadataTimeoutMs", minimum=1, default="30000") / 1000
+        # Spark's driver asks for offsets again numRetries times, retryIntervalMs apart; without numRetries regional
+        # asks again until metadataTimeoutMs (a broker restarting takes longer than Spark's 3 x 10 ms).
+        self.offset_retries = parse_optional_int(opts, "fetchOffset.numRetries", minimum=0)
+        self.retry_interval_s = parse_int(opts, "fetchOffset.retryIntervalMs", minimum=0, default="500") / 1000
         self.commit_group = opts.get("commitoffsetstogroup") or None
         self.consumer_conf: dict[str, str] = {k[len("kafka."):]: v for k, v in opts.items()
                                               if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
@@ -145,9 +127,13 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
         if self.consumer_conf["isolation.level"] not in ("read_committed", "read_uncommitted"):
             raise RegionalConfigError(f"source=kafka: kafka.isolation.level must be read_committed or "
                                       f"read_uncommitted, not {self.consumer_conf['isolation.level']!r}")
-        self.schema = SCHEMA.append(pa.field("headers", HEADERS)) if self.include_headers else SCHEMA
-        self.schema_ddl = SCHEMA_DDL + (", headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
-                                        if self.include_headers else "")
+        # The tasks' consumers never join their group nor commit; the id is what ACLs and quotas see.
+        prefix = opts.get("groupidprefix", "").strip()
+        self.reader_group = self.consumer_conf.get("group.id") or (
+            f"{prefix}-{uuid.uuid4()}-executor" if prefix else "regional-reader")
+        self.schema = SCHEMA_WITH_HEADERS if self.include_headers else SCHEMA
+        self.schema_ddl = SCHEMA_WITH_HEADERS_DDL if self.include_headers else SCHEMA_DDL
+        self._internal: dict[str, bool] = {}  # topic -> the broker says it is internal (asked once per name)
         self._admin: Any = None
         self._splits: dict[str, PartitionSplit] = {}
         self._log_starts: dict[str, int] = {}
@@ -209,14 +195,31 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
         if self.subscribe is not None:
             wanted = {t: sorted(topics[t].partitions) for t in self.subscribe if t in topics}
         elif self.pattern is not None:
-            wanted = {t: sorted(m.partitions) for t, m in topics.items()
-                      if not INTERNAL_TOPIC.match(t) and self.pattern.fullmatch(t)}
+            wanted = {t: sorted(m.partitions) for t, m in topics.items() if self.pattern.search(t)}
         else:
             assert self.assign is not None
             wanted = {t: [p for p in ps if p in topics[t].partitions] for t, ps in self.assign.items() if t in topics}
+        for topic in self._internal_topics(sorted(wanted)):  # Spark reads no internal topic, whatever the options
+            del wanted[topic]
         found = {region_of(topic, p): PartitionSplit(topic, p) for topic, parts in wanted.items() for p in parts}
         self._splits.update(found)
         return found
+
+    def _internal_topics(self, topics: list[str]) -> list[str]:
+        """Those of ``topics`` the broker marks internal, as Spark's Kafka source leaves out (its admin client's
+        listTopics and describeTopics' isInternal): ``__consumer_offsets`` and the like, never a user's ``__x``."""
+        unknown = [t for t in topics if t.startswith(INTERNAL_PREFIX) and t not in self._internal]
+        if unknown:
+            from confluent_kafka import TopicCollection
+
+            futures = self.admin().describe_topics(TopicCollection(unknown), request_timeout=self.metadata_timeout_s)
+            for topic, future in futures.items():
+                try:
+                    self._internal[topic] = bool(future.result().is_internal)
+                except Exception as exc:
+                    raise KafkaError(f"source=kafka: could not ask the brokers whether topic {topic!r} is one of "
+                                     f"Kafka's internal topics ({exc})") from None
+        return [t for t in topics if self._internal.get(t, False)]
 
     def _describe(self) -> str:
         if self.subscribe is not None:
@@ -225,23 +228,32 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
             return f"subscribePattern {self.pattern.pattern!r}"
         return f"assign {json.dumps(self.assign)}"
 
-    def _offsets(self, splits: Mapping[str, PartitionSplit], latest: bool) -> dict[str, int]:
+    def _offsets(self, splits: Mapping[str, PartitionSplit], latest: bool = False,
+                 times: Mapping[str, int] | None = None) -> dict[str, int]:
+        """Each partition's earliest or latest offset; or, with ``times`` (region -> milliseconds), its first offset
+        whose record's timestamp is at or after it, -1 where there is none (Kafka's offsets-for-times)."""
         from confluent_kafka import IsolationLevel, TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
         if not splits:
             return {}
-        spec = OffsetSpec.latest() if latest else OffsetSpec.earliest()
+        what = "latest" if latest else "earliest" if times is None else "by-timestamp"
+        plain = OffsetSpec.latest() if latest else OffsetSpec.earliest()
+
+        def spec(region: str) -> Any:
+            return plain if times is None else OffsetSpec.for_timestamp(times[region])
+
         level = (IsolationLevel.READ_COMMITTED if self.consumer_conf["isolation.level"] == "read_committed"
                  else IsolationLevel.READ_UNCOMMITTED)
         asked = {region: TopicPartition(s.topic, s.partition) for region, s in splits.items()}
         result: dict[str, int] = {}
         deadline = time.monotonic() + self.metadata_timeout_s
+        retries = 0
         while True:  # after a broker restart, leaders and their epochs settle within moments: ask again
             todo = {r: tp for r, tp in asked.items() if r not in result}
             if not todo:
                 return result
-            futures = self.admin().list_offsets({tp: spec for tp in todo.values()}, isolation_level=level,
+            futures = self.admin().list_offsets({tp: spec(r) for r, tp in todo.items()}, isolation_level=level,
                                                 request_timeout=max(deadline - time.monotonic(), 1.0))
             by_partition = {(k.topic, k.partition): f for k, f in futures.items()}
             errors = {}
@@ -253,12 +265,15 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
                     errors[region] = failure
             if not errors:
                 return result
-            if time.monotonic() > deadline:
+            if (time.monotonic() > deadline if self.offset_retries is None else retries >= self.offset_retries):
                 region, first = next(iter(sorted(errors.items())))
-                raise KafkaError(f"source=kafka: could not list the {'latest' if latest else 'earliest'} offset of "
-                                 f"region {region!r} within {self.metadata_timeout_s:.0f} s ({first})")
+                after = (f"within {self.metadata_timeout_s:.0f} s" if self.offset_retries is None
+                         else f"after {retries} retries (fetchOffset.numRetries)")
+                raise KafkaError(f"source=kafka: could not list the {what} offset of region {region!r} {after} "
+                                 f"({first})")
+            retries += 1
             self._admin = None  # a fresh client: librdkafka's cached leader epochs can stay stale (measured)
-            time.sleep(0.5)
+            time.sleep(self.retry_interval_s)
             # A partition whose topic was deleted while we asked is gone, not slow: the plan's failOnDataLoss
             # check decides what that means, so stop asking for it.
             present = self.partitions()
@@ -294,7 +309,7 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
         if self.subscribe is not None:
             return topic in self.subscribe
         if self.pattern is not None:
-            return self.pattern.fullmatch(topic) is not None
+            return self.pattern.search(topic) is not None
         assert self.assign is not None
         return partition.isdigit() and int(partition) in self.assign.get(topic, [])
 
@@ -375,22 +390,31 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
         return dict(self._log_starts)
 
     def starting_offsets(self, available: Mapping[str, int]) -> dict[str, int]:
-        """Where the partitions present when a new query starts begin (``startingOffsets``)."""
+        """Where the partitions present when a new query starts begin: ``startingOffsets``, ``startingTimestamp`` or
+        ``startingOffsetsByTimestamp``, as Spark's Kafka source resolves them."""
         starts = self.log_starts()
-        if self.starting in ("earliest", "latest"):
-            chosen = starts if self.starting == "earliest" else available
+        start = self.starting
+        if start.kind in ("earliest", "latest"):
+            chosen = starts if start.kind == "earliest" else available
             return {r: chosen[r] for r in available}
-        assert isinstance(self.starting, dict)
-        named = {region_of(t, p): o for t, ps in self.starting.items() for p, o in ps.items()}
+        if start.kind == "timestamp":
+            assert start.timestamp is not None
+            return self._at_times({r: start.timestamp for r in available}, available, "startingTimestamp")
+        assert start.per_partition is not None
+        named = {region_of(t, p): o for t, ps in start.per_partition.items() for p, o in ps.items()}
+        option = "startingOffsets" if start.kind == "offsets" else "startingOffsetsByTimestamp"
         unknown = sorted(set(named) - set(available))
         if unknown:
-            raise RegionalConfigError(f"source=kafka: startingOffsets names partitions this query does not read: "
+            raise RegionalConfigError(f"source=kafka: {option} names partitions this query does not read: "
                                       f"{', '.join(unknown[:10])}")
         unnamed = sorted(set(available) - set(named))
         if unnamed:
             raise RegionalConfigError(
-                f"source=kafka: startingOffsets gives specific offsets but not for {', '.join(unnamed[:10])}; as with "
-                "Spark's Kafka source, name every partition (-2 for earliest, -1 for latest)")
+                f"source=kafka: {option} gives no {'offset' if start.kind == 'offsets' else 'timestamp'} for "
+                f"{', '.join(unnamed[:10])}; as with Spark's Kafka source, name every partition"
+                + (" (-2 for earliest, -1 for latest)" if start.kind == "offsets" else ""))
+        if start.kind == "timestamps":
+            return self._at_times(named, available, option)
         result = {}
         for region, offset in named.items():
             if offset == EARLIEST:
@@ -403,6 +427,20 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
             else:
                 result[region] = offset  # below the log start: the plan's failOnDataLoss check decides
         return result
+
+    def _at_times(self, times: Mapping[str, int], available: Mapping[str, int], option: str) -> dict[str, int]:
+        """Each region's first offset whose record's timestamp is at or after its time. A region with none follows
+        startingOffsetsByTimestampStrategy: ``error`` refuses to start (Spark fails the query), ``latest`` starts it
+        at its end."""
+        found = self._offsets({r: self._splits[r] for r in times}, times=times)
+        missing = sorted(r for r, o in found.items() if o < 0)
+        if missing and self.starting.no_match == "error":
+            raise RegionalConfigError(
+                f"source=kafka: {option}: no record at or after timestamp {times[missing[0]]} in "
+                f"{', '.join(missing[:10])}; set startingOffsetsByTimestampStrategy=latest to start such partitions "
+                "at their end (as Spark's Kafka source does with it), or choose an earlier time")
+        # The end was listed a moment before the times: a record that came in between is read by the next epoch.
+        return {r: available[r] if o < 0 else min(o, available[r]) for r, o in found.items()}
 
     def split(self, region: str, start: int, end: int) -> PartitionSplit:
         split = self._splits.get(region)
@@ -457,7 +495,7 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
 
         assert isinstance(split, PartitionSplit)
         conf = self._conf(**{
-            "group.id": self.consumer_conf.get("group.id", "regional-reader"), "enable.auto.commit": False,
+            "group.id": self.reader_group, "enable.auto.commit": False,
             "enable.partition.eof": True, "auto.offset.reset": "error",
             # A consumer that reached the log's end has a fetch waiting at the broker for this long, and a pooled
             # consumer's next range waited for it (500 ms by default; measured). A task reads records that exist.
@@ -530,120 +568,6 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
             CONSUMERS.give_back(conf, consumer, reusable=finished)
 
 
-class ConsumerPool:
-    """librdkafka consumers kept in a Python worker across tasks and epochs (Spark reuses its Python workers, and
-    Spark's own Kafka source pools its consumers per executor the same way): a task assigns an idle consumer its
-    range instead of creating one, which costs a client's start, its bootstrap connection and a metadata request.
-    A consumer serves one read at a time; one whose read did not end cleanly (an error, a task cancelled) is
-    closed, never reused. An idle consumer has no assignment, so it fetches nothing. Keyed by the client
-    configuration: a query whose options changed gets new ones; at most ``limit`` idle consumers in all (the
-    least recently used go first). ``REGIONAL_KAFKA_POOL=off`` in the workers' environment turns it off (a
-    consumer per task, as before), for benchmarks.kafka_partitions to measure what it saves."""
-
-    def __init__(self, limit: int = 4) -> None:
-        self._idle: list[tuple[str, Any]] = []  # (key, consumer), least recently used first
-        self._lock = threading.Lock()
-        self._limit = limit if switched_on("REGIONAL_KAFKA_POOL") else 0
-        self.created = 0  # consumers this process created (tests read it)
-
-    @staticmethod
-    def _key(conf: Mapping[str, Any]) -> str:
-        return repr(sorted((k, repr(v)) for k, v in conf.items() if k != "logger"))
-
-    def take(self, conf: Mapping[str, Any], fresh: bool = False) -> tuple[Any, bool]:
-        """A consumer for ``conf``, and whether it served an earlier read."""
-        key = self._key(conf)
-        with self._lock:
-            if not fresh:
-                for i in range(len(self._idle) - 1, -1, -1):
-                    if self._idle[i][0] == key:
-                        return self._idle.pop(i)[1], True
-            self.created += 1
-        from confluent_kafka import Consumer
-
-        return Consumer(dict(conf)), False
-
-    def give_back(self, conf: Mapping[str, Any], consumer: Any, reusable: bool) -> None:
-        if consumer is None:  # closed already (replaced mid-read, and its successor never came)
-            return
-        if reusable:
-            try:
-                consumer.unassign()  # nothing fetched while idle, and no prefetched records carried to the next range
-            except Exception:
-                reusable = False
-        evicted = []
-        if reusable and self._limit:
-            with self._lock:
-                self._idle.append((self._key(conf), consumer))
-                while len(self._idle) > self._limit:
-                    evicted.append(self._idle.pop(0)[1])
-        else:
-            evicted.append(consumer)
-        for old in evicted:
-            old.close()
-
-    def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for _key, consumer in idle:
-            consumer.close()
-
-
-CONSUMERS = ConsumerPool()
-atexit.register(CONSUMERS.close)
-
-
-class _Rows:
-    """Columns of one batch, filled from lots of messages. librdkafka hands out one object per message, so
-    each column is one comprehension over the lot; timestamps are converted in Arrow, not per row."""
-
-    def __init__(self, region: str, split: PartitionSplit, headers: bool) -> None:
-        self.region, self.split, self.with_headers = region, split, headers
-        self.next_offset: int | None = None
-        self._clear()
-
-    def _clear(self) -> None:
-        self.offsets: list[int] = []
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.stamps: list[tuple[int, int]] = []
-        self.headers: list[Any] = []
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    def add(self, records: list[Any], offsets: list[int]) -> None:
-        if not records:
-            return
-        self.offsets += offsets
-        self.keys += [m.key() for m in records]
-        self.values += [m.value() for m in records]
-        self.stamps += [m.timestamp() for m in records]
-        if self.with_headers:
-            self.headers += [[{"key": k, "value": v} for k, v in h] if (h := m.headers()) else None for m in records]
-        self.next_offset = offsets[-1] + 1
-
-    def batch(self, schema: pa.Schema) -> pa.RecordBatch:
-        n = len(self.offsets)
-        kinds = pa.array([k for k, _ in self.stamps], pa.int32())
-        millis = pa.array([ms for _, ms in self.stamps], pa.int64())
-        # librdkafka's kinds 0/1/2 are Java's -1 (none), 0 (CreateTime), 1 (LogAppendTime)
-        stamps = pc.if_else(pc.equal(kinds, 0), None, pc.multiply(millis, 1000)).cast(pa.timestamp("us", tz="UTC"))
-        columns = [
-            _constant(self.region, pa.string(), n), pa.array(self.offsets, pa.int64()),
-            pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
-            _constant(self.split.topic, pa.string(), n), _constant(self.split.partition, pa.int32(), n),
-            stamps, pc.subtract(kinds, 1),
-        ]
-        if self.with_headers:
-            columns.append(pa.array(self.headers, HEADERS))
-        self._clear()
-        return pa.RecordBatch.from_arrays(columns, schema=schema)
-
-
-def _constant(value: Any, type_: pa.DataType, n: int) -> pa.Array:
-    """``n`` copies of one value, built in Arrow rather than from a Python list."""
-    return pc.fill_null(pa.nulls(n, type_), pa.scalar(value, type_))
 
 
 def _ids_at(history: list[tuple[int, dict[str, str]]], epoch: int | None, topic: str) -> str | None:
@@ -659,46 +583,3 @@ def _ids_at(history: list[tuple[int, dict[str, str]]], epoch: int | None, topic:
     return found
 
 
-def _parse_assign(text: str) -> dict[str, list[int]]:
-    try:
-        data = json.loads(text)
-        if not isinstance(data, dict) or not data or not all(isinstance(ps, list) and ps for ps in data.values()):
-            raise ValueError("expected a JSON object of topic -> non-empty list of partitions")
-        return {str(t): sorted({int(p) for p in ps}) for t, ps in data.items()}
-    except (ValueError, TypeError) as exc:
-        raise RegionalConfigError(f"source=kafka: assign {text!r} is not valid: {exc}; write it as "
-                                  '{"topicA": [0, 1], "topicB": [2]}') from None
-
-
-def _parse_starting_offsets(text: str) -> str | dict[str, dict[int, int]]:
-    word = text.strip().lower()
-    if word in ("earliest", "latest"):
-        return word
-    try:
-        data = json.loads(text)
-        if not isinstance(data, dict) or not data:
-            raise ValueError("expected a JSON object")
-        parsed: dict[str, dict[int, int]] = {}
-        for topic, parts in data.items():
-            if not isinstance(parts, dict):
-                raise ValueError(f"topic {topic!r} maps to {parts!r}, not to an object of partition -> offset")
-            parsed[str(topic)] = {int(p): int(o) for p, o in parts.items()}
-            if any(o < EARLIEST for o in parsed[str(topic)].values()):
-                raise ValueError("offsets are >= 0, or -2 (earliest) or -1 (latest)")
-        return parsed
-    except (ValueError, TypeError) as exc:
-        raise RegionalConfigError(
-            f"source=kafka: startingOffsets {text!r} is not 'earliest', 'latest' or JSON such as "
-            f'{{"topicA": {{"0": 23, "1": -2}}}} ({exc})') from None
-
-
-def _of(message: Any, split: PartitionSplit) -> bool:
-    return bool(message.partition() == split.partition and message.topic() == split.topic)
-
-
-def _offset_of(message: Any, region: str) -> int:
-    """A fetched record's offset; librdkafka gives every record without an error one."""
-    offset = message.offset()
-    if offset is None:
-        raise KafkaError(f"region {region!r}: librdkafka returned a record without an offset")
-    return int(offset)

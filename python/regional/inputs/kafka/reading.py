@@ -1,0 +1,179 @@
+"""source=kafka's task side: the columns of a record (Spark's Kafka source's, in Spark's order, then ``region``),
+and the librdkafka consumers a Python worker keeps across tasks."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from regional.errors import RegionalError
+from regional.switches import switched_on
+
+log = logging.getLogger("regional.kafka")
+# librdkafka's own log lines (reconnects, retries): quiet unless a user turns this logger up. Failures that
+# matter reach regional as errors, each with its own message.
+client_log = logging.getLogger("regional.kafka.client")
+if client_log.level == logging.NOTSET:
+    client_log.setLevel(logging.CRITICAL)
+
+HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+# Spark's Kafka source's columns in Spark's order (code that relies on position, union or toDF, works as with Spark's
+# source), headers with includeHeaders, then regional's region. ``offset`` is Spark's own column.
+SCHEMA = pa.schema([
+    ("key", pa.binary()), ("value", pa.binary()), ("topic", pa.string()), ("partition", pa.int32()),
+    ("offset", pa.int64()), ("timestamp", pa.timestamp("us", tz="UTC")), ("timestampType", pa.int32()),
+    ("region", pa.string()),
+])
+SCHEMA_WITH_HEADERS = pa.schema([*list(SCHEMA)[:-1], pa.field("headers", HEADERS), SCHEMA.field("region")])
+SCHEMA_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+              "timestampType INT, region STRING")
+SCHEMA_WITH_HEADERS_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+                           "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, region STRING")
+
+FETCH_WAIT_MS = "10"  # fetch.wait.max.ms of the tasks' consumers, unless kafka.fetch.wait.max.ms says otherwise
+STALE_CONSUMER_S = 5.0  # a pooled consumer silent this long within a read is replaced by a new one, once
+
+
+class KafkaError(RegionalError):
+    """The broker did not answer, or answered with an error regional cannot read past."""
+
+
+@dataclass(frozen=True)
+class PartitionSplit:
+    topic: str
+    partition: int
+
+
+class ConsumerPool:
+    """librdkafka consumers kept in a Python worker across tasks and epochs (Spark reuses its Python workers, and
+    Spark's own Kafka source pools its consumers per executor the same way): a task assigns an idle consumer its
+    range instead of creating one, which costs a client's start, its bootstrap connection and a metadata request.
+    A consumer serves one read at a time; one whose read did not end cleanly (an error, a task cancelled) is
+    closed, never reused. An idle consumer has no assignment, so it fetches nothing. Keyed by the client
+    configuration: a query whose options changed gets new ones; at most ``limit`` idle consumers in all (the
+    least recently used go first). ``REGIONAL_KAFKA_POOL=off`` in the workers' environment turns it off (a
+    consumer per task, as before), for benchmarks.kafka_partitions to measure what it saves."""
+
+    def __init__(self, limit: int = 4) -> None:
+        self._idle: list[tuple[str, Any]] = []  # (key, consumer), least recently used first
+        self._lock = threading.Lock()
+        self._limit = limit if switched_on("REGIONAL_KAFKA_POOL") else 0
+        self.created = 0  # consumers this process created (tests read it)
+
+    @staticmethod
+    def _key(conf: Mapping[str, Any]) -> str:
+        return repr(sorted((k, repr(v)) for k, v in conf.items() if k != "logger"))
+
+    def take(self, conf: Mapping[str, Any], fresh: bool = False) -> tuple[Any, bool]:
+        """A consumer for ``conf``, and whether it served an earlier read."""
+        key = self._key(conf)
+        with self._lock:
+            if not fresh:
+                for i in range(len(self._idle) - 1, -1, -1):
+                    if self._idle[i][0] == key:
+                        return self._idle.pop(i)[1], True
+            self.created += 1
+        from confluent_kafka import Consumer
+
+        return Consumer(dict(conf)), False
+
+    def give_back(self, conf: Mapping[str, Any], consumer: Any, reusable: bool) -> None:
+        if consumer is None:  # closed already (replaced mid-read, and its successor never came)
+            return
+        if reusable:
+            try:
+                consumer.unassign()  # nothing fetched while idle, and no prefetched records carried to the next range
+            except Exception:
+                reusable = False
+        evicted = []
+        if reusable and self._limit:
+            with self._lock:
+                self._idle.append((self._key(conf), consumer))
+                while len(self._idle) > self._limit:
+                    evicted.append(self._idle.pop(0)[1])
+        else:
+            evicted.append(consumer)
+        for old in evicted:
+            old.close()
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for _key, consumer in idle:
+            consumer.close()
+
+
+CONSUMERS = ConsumerPool()
+atexit.register(CONSUMERS.close)
+
+
+class _Rows:
+    """Columns of one batch, filled from lots of messages. librdkafka hands out one object per message, so
+    each column is one comprehension over the lot; timestamps are converted in Arrow, not per row."""
+
+    def __init__(self, region: str, split: PartitionSplit, headers: bool) -> None:
+        self.region, self.split, self.with_headers = region, split, headers
+        self.next_offset: int | None = None
+        self._clear()
+
+    def _clear(self) -> None:
+        self.offsets: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.values: list[bytes | None] = []
+        self.stamps: list[tuple[int, int]] = []
+        self.headers: list[Any] = []
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def add(self, records: list[Any], offsets: list[int]) -> None:
+        if not records:
+            return
+        self.offsets += offsets
+        self.keys += [m.key() for m in records]
+        self.values += [m.value() for m in records]
+        self.stamps += [m.timestamp() for m in records]
+        if self.with_headers:
+            self.headers += [[{"key": k, "value": v} for k, v in h] if (h := m.headers()) else None for m in records]
+        self.next_offset = offsets[-1] + 1
+
+    def batch(self, schema: pa.Schema) -> pa.RecordBatch:
+        n = len(self.offsets)
+        kinds = pa.array([k for k, _ in self.stamps], pa.int32())
+        millis = pa.array([ms for _, ms in self.stamps], pa.int64())
+        # librdkafka's kinds 0/1/2 are Java's -1 (none), 0 (CreateTime), 1 (LogAppendTime)
+        stamps = pc.if_else(pc.equal(kinds, 0), None, pc.multiply(millis, 1000)).cast(pa.timestamp("us", tz="UTC"))
+        columns = [
+            pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
+            _constant(self.split.topic, pa.string(), n), _constant(self.split.partition, pa.int32(), n),
+            pa.array(self.offsets, pa.int64()), stamps, pc.subtract(kinds, 1),
+        ]
+        if self.with_headers:
+            columns.append(pa.array(self.headers, HEADERS))
+        columns.append(_constant(self.region, pa.string(), n))
+        self._clear()
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _constant(value: Any, type_: pa.DataType, n: int) -> pa.Array:
+    """``n`` copies of one value, built in Arrow rather than from a Python list."""
+    return pc.fill_null(pa.nulls(n, type_), pa.scalar(value, type_))
+
+
+def _of(message: Any, split: PartitionSplit) -> bool:
+    return bool(message.partition() == split.partition and message.topic() == split.topic)
+
+
+def _offset_of(message: Any, region: str) -> int:
+    """A fetched record's offset; librdkafka gives every record without an error one."""
+    offset = message.offset()
+    if offset is None:
+        raise KafkaError(f"region {region!r}: librdkafka returned a record without an offset")
+    return int(offset)
