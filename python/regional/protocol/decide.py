@@ -363,7 +363,7 @@ def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapp
         passed = plan.epoch if passed_now else state.probe_passed
         if outcome.status is not Outcome.DEAD_LETTERED:  # no account of the record (its sink failed, or missing)
             evidence[rr.region] = Evidence(state.failed_alone, state.failed_alone_at, state.alone_since, passed,
-                                           state.alone_waits, passed_now)
+                                           state.alone_waits, False)
             continue
         since, before_now = state.alone_since, state.probe_passed
         sandwich = since is not None and before_now is not None and since < before_now < plan.epoch
