@@ -57,18 +57,22 @@ def test_regions_are_prefixes_and_new_files_come_after_known_ones_whatever_their
     storage = open_storage(parse_location("path", path))
     put(storage, "a/002.txt", ["a0", "a1", "a2"])
     put(storage, "b/001.txt", ["b0", "b1"])
-    put(storage, "top.txt", ["no region's"])  # directly under path
     put(storage, "_spark_metadata/0", ["hidden region"])
     put(storage, "a/_002.txt.tmp", ["hidden file"])
-    put(storage, "a/sub/deep.txt", ["below a region: not read"])
+    put(storage, "a/_temporary/0/x.txt", ["in a hidden directory"])
+    put(storage, "a/sub/deep.txt", ["a-deep"])  # below a region: a file of it, by its path under the region
+    put(storage, "top.txt", ["no region's"])  # directly under path: no region would read it, so it fails
     ck = tmp_path / "ck"
+    with pytest.raises(RegionalConfigError, match=r"'top\.txt' is directly under path"):
+        source(path, ck).available(0)
+    storage.delete("top.txt")
     s = source(path, ck)
-    assert s.available(0) == {"a": 3, "b": 2}
-    assert read_all(s, "a", 1, 3) == [(1, "a1"), (2, "a2")]
+    assert s.available(0) == {"a": 4, "b": 2}
+    assert read_all(s, "a", 1, 4) == [(1, "a1"), (2, "a2"), (3, "a-deep")]
     put(storage, "a/001.txt", ["a3"])  # sorts first, arrives later: after every known file
-    assert s.available(1) == {"a": 4, "b": 2}
-    assert read_all(s, "a", 0, 4) == [(0, "a0"), (1, "a1"), (2, "a2"), (3, "a3")]
-    assert source(path, ck).available(2) == {"a": 4, "b": 2}  # a restarted driver: the same offsets
+    assert s.available(1) == {"a": 5, "b": 2}
+    assert read_all(s, "a", 0, 5) == [(0, "a0"), (1, "a1"), (2, "a2"), (3, "a-deep"), (4, "a3")]
+    assert source(path, ck).available(2) == {"a": 5, "b": 2}  # a restarted driver: the same offsets
     with pytest.raises(RegionalConfigError, match="path is now"):
         source(f"{bucket}/elsewhere", ck).available(3)
 
@@ -340,3 +344,30 @@ def test_a_recorded_epoch_re_run_after_its_files_were_deleted_reads_nothing_it_n
     restarted = source(path, ck)
     assert restarted.split("a", 0, 2) == []
     assert read_all(restarted, "a", 0, 3) == [(2, "a2")]
+
+
+def test_compressed_objects_are_read_decompressed_and_a_compressed_copy_of_a_known_one_is_that_file(bucket, tmp_path):
+    """logrotate's compress + delaycompress on an object store: app.log.1's bytes come back as app.log.2.gz; the
+    records are not read twice (Spark's file source would read the .gz as a new file)."""
+    import gzip
+
+    path = f"{bucket}/in"
+    storage = open_storage(parse_location("path", path))
+    storage.write("r/app.log.1", b"l1\r\nl2\rl3")  # Windows and old-Mac line breaks: three records
+    storage.write("r/old.gz", gzip.compress(b"\xef\xbb\xbfg1\ng2\n"))  # a BOM, dropped
+    ck = tmp_path / "ck"
+    s = source(path, ck)
+    assert s.available(0) == {"r": 5}
+    assert read_all(s, "r", 0, 5) == [(0, "l1"), (1, "l2"), (2, "l3"), (3, "g1"), (4, "g2")]
+    commit(ck, 0, {"r": 5})
+    storage.write("r/app.log.2.gz", gzip.compress(storage.read("r/app.log.1") or b""))
+    assert s.available(1) == {"r": 5}  # app.log.1 is still there: the .gz is it, not new input
+    storage.delete("r/app.log.1")
+    assert s.available(2) == {"r": 5}
+    assert s.available(3) == {"r": 5}
+    names = sorted((f.name, f.first_offset, f.lines) for f in s.manifest()["r"].files.values())
+    assert names == [("app.log.2.gz", 0, 3), ("old.gz", 3, 2)]
+    assert read_all(s, "r", 0, 3) == [(0, "l1"), (1, "l2"), (2, "l3")]  # read from the .gz, decompressed
+    storage.write("r/bad.gz", b"not gzip at all")
+    with pytest.raises(RegionalConfigError, match=r"object 'r/bad.gz' .* is not valid gzip data"):
+        s.available(4)
