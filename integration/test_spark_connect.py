@@ -115,6 +115,25 @@ def test_a_client_with_only_pyspark_client_installed_runs_regional_exactly_once(
     assert dead_letters(tmp_path) == [("b", 5, poison, f"ValueError: poison record {poison}")]
 
 
+def test_a_client_script_that_ends_without_spark_stop_exits(server, tmp_path):
+    """regional.register adds a streaming listener, and pyspark's Connect client then runs a listener bus thread
+    that is not a daemon: before regional removed its listener at the main thread's end, such a script never
+    exited (Python joined that thread for ever). The timeout is generous; the test is that the process ends."""
+    inputs = add_epoch_of_files(tmp_path / "in", ["a", "b"], "001", 3)
+    child = subprocess.Popen([sys.executable, "-m", "integration.connect_exit_child", server.url, str(tmp_path)],
+                             cwd=ROOT, env=client_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = child.communicate(timeout=400)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        stdout, stderr = child.communicate()
+        raise AssertionError(f"the client did not exit after its script ended: {stdout[-2000:]} {stderr[-3000:]}") \
+            from None
+    assert child.returncode == 0 and "CHILD-DONE active=False" in stdout, (child.returncode, stdout, stderr[-3000:])
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert_exactly_once(tmp_path / "out", {r: list(enumerate(values)) for r, values in inputs.items()})
+
+
 def test_server_sigkilled_mid_run_then_the_query_restarted_from_a_client_exactly_once(server, tmp_path):
     inputs = add_epoch_of_files(tmp_path / "in", ["a", "b", "c"], "001", 30)
     poison = inputs["c"][17]
