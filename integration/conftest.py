@@ -34,7 +34,9 @@ def pytest_collection_modifyitems(config, items):
 def spark():
     import regional
 
-    session = regional.local_spark(MASTER, "regional-integration")
+    # Poison records get no retries here: the shipped 4, a minute apart, would take minutes per record (issue 45);
+    # tests of retries and of the defaults give them as options.
+    session = regional.local_spark(MASTER, "regional-integration", {"spark.regional.deadLetterRetries": "0"})
     regional.register(session)
     yield session
     for q in session.streams.active:

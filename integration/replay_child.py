@@ -16,7 +16,9 @@ import regional
 
 def main() -> None:
     dlq, out, ck, dlq_replay = sys.argv[1:5]
-    spark = regional.local_spark("local[2,3]", "regional-replay-child")
+    # No retries: the shipped 4, a minute apart, take minutes per poison record (issue 45).
+    spark = regional.local_spark("local[2,3]", "regional-replay-child",
+                                 {"spark.regional.deadLetterRetries": "0"})
     regional.register(spark)
     reader = spark.readStream.format("regional").option("source", "deadLetters")
     if dlq.startswith("kafka:"):  # kafka:<topic>@<brokers>: a dead-letter topic
