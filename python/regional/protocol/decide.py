@@ -381,9 +381,9 @@ def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapp
         why = NO_SANDWICH if passed is not None else NEIGHBOURS_FAILED if rr.region in probed else NO_NEIGHBOUR
         evidence[rr.region] = Evidence(state.failed_alone, now, plan.epoch if since is None else since, passed,
                                        waits, passed_now)
+        looks = "" if why is NO_SANDWICH else "; looks like an outage, not poison, so far"
         checked[rr.region] = outcome._replace(status=Outcome.QUARANTINED, dead_letter=None, reason=(
-            f"offset {rr.start} {why}; looks like an outage, not poison, so far; tried again after "
-            f"{utc(now + suspect_backoff(waits))} ({cause})"))
+            f"offset {rr.start} {why}{looks}; tried again after {utc(now + suspect_backoff(waits))} ({cause})"))
     return checked, evidence
 
 
