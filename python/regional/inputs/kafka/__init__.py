@@ -59,6 +59,7 @@ __all__ = ["CONSUMERS", "EARLIEST", "FETCH_WAIT_MS", "HEADERS", "LATEST", "OPTIO
 # Kafka's internal topics all start with this (Topic.isInternal: __consumer_offsets, __transaction_state,
 # __share_group_state); only such topics are asked whether they are internal, and only the broker's answer decides.
 INTERNAL_PREFIX = "__"
+KAFKA_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 
 
 def create(options: dict[str, str]) -> KafkaInput:
@@ -216,9 +217,9 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
             for topic, future in futures.items():
                 try:
                     self._internal[topic] = bool(future.result().is_internal)
-                except Exception as exc:
-                    raise KafkaError(f"source=kafka: could not ask the brokers whether topic {topic!r} is one of "
-                                     f"Kafka's internal topics ({exc})") from None
+                except Exception as exc:  # deleted meanwhile, or not to be described: Kafka's own list decides
+                    log.debug("regional: could not describe topic %r (%s): judged by its name", topic, exc)
+                    return [t for t in topics if self._internal.get(t, t in KAFKA_INTERNAL_TOPICS)]
         return [t for t in topics if self._internal.get(t, False)]
 
     def _describe(self) -> str:

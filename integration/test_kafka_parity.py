@@ -1,0 +1,256 @@
+"""source=kafka against Spark's own Kafka source, the reference: the same adversarial topics on the same broker, read by
+both as Trigger.AvailableNow queries (regional into Delta with its region and offset columns kept, Spark's into
+parquet, in a process of its own: ``integration.stock_kafka``), compared record by record in every column, with
+Spark's types and column order, for every starting point.
+
+The topics: keys and null keys, values and tombstones, headers with duplicate keys, null and empty values, records
+without headers, explicit CreateTime timestamps, a LogAppendTime topic, committed and aborted transactions (read
+committed and uncommitted), several partitions, and topics a subscribePattern finds: a user topic named ``__...``, a
+name the pattern matches only in part, and Kafka's internal ``__transaction_state``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from integration.conftest import ROOT
+from regional.kafka_group import RETRIABLE_GROUP_ERRORS
+from regional.testing.kafka_broker import KafkaBroker
+
+BASE = f"par{os.getpid()}"
+ADV, LOG_APPEND = f"{BASE}.adv", f"{BASE}.logappend"
+PATTERN_TOPICS = {f"{BASE}-pat.a": 3, f"__{BASE}-pat.b": 2, f"{BASE}-pat.a.more": 2}
+# CreateTime of the first plain record of each partition, the i-th T0 + i s: an hour ago (older records would be
+# deleted by the broker's 7-day retention, which goes by their timestamps)
+T0 = (int(time.time()) - 3600) * 1000
+NEVER = T0 + 10**9  # after every record
+
+
+def headers_of(i: int) -> list[tuple[str, bytes | None]] | None:
+    return [None, [("h", b"1"), ("h", b"2"), ("n", None)], [("e", b""), ("h", b"x")]][i % 3]
+
+
+def produce_plain(broker: KafkaBroker, topic: str, partitions: int, count: int, tag: str,
+                  stamped: bool = True) -> None:
+    producer = broker.producer()
+    for p in range(partitions):
+        for i in range(count):
+            extra: dict[str, Any] = {"timestamp": T0 + i * 1000} if stamped else {}
+            headers = headers_of(i)
+            if headers is not None:
+                extra["headers"] = headers
+            producer.produce(topic, partition=p, key=None if i % 4 == 0 else f"k{i}".encode(),
+                             value=None if i % 5 == 3 else f"{tag}-{p}-{i}".encode(), **extra)
+    assert producer.flush(30) == 0
+
+
+def produce_transactions(broker: KafkaBroker, topic: str) -> None:
+    producer = broker.producer(**{"transactional.id": f"tx-{topic}"})
+    producer.init_transactions(60)
+    for tag, commit in (("c1", True), ("ab", False), ("c2", True)):
+        producer.begin_transaction()
+        for p in (0, 1):
+            for i in range(3):
+                producer.produce(topic, partition=p, key=f"{tag}{i}".encode(), value=f"{tag}-{p}-{i}".encode(),
+                                 timestamp=T0 + 20_000 + i, headers=[("tx", tag.encode())])
+        # delivered before the end of the transaction (librdkafka#4849, see test_kafka_source)
+        assert producer.flush(60) == 0
+        (producer.commit_transaction if commit else producer.abort_transaction)(60)
+
+
+@pytest.fixture(scope="module")
+def topics(kafka: KafkaBroker) -> KafkaBroker:
+    kafka.create_topic(ADV, 3)
+    kafka.create_topic(LOG_APPEND, 2, {"message.timestamp.type": "LogAppendTime"})
+    for topic, _ in PATTERN_TOPICS.items():
+        kafka.create_topic(topic, 1)
+    produce_plain(kafka, ADV, 3, 10, "a")
+    produce_transactions(kafka, ADV)
+    produce_plain(kafka, LOG_APPEND, 2, 5, "l", stamped=False)
+    for topic, count in PATTERN_TOPICS.items():
+        produce_plain(kafka, topic, 1, count, topic)
+    # a consumer group's commit makes sure __consumer_offsets exists too
+    group = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"{BASE}-g"})
+    try:
+        for attempt in range(100):  # a group coordinator just started answers NOT_COORDINATOR for a while
+            try:
+                group.commit(offsets=[TopicPartition(ADV, 0, 1)], asynchronous=False)
+                break
+            except KafkaException as exc:
+                if attempt == 99 or exc.args[0].name() not in RETRIABLE_GROUP_ERRORS:
+                    raise
+                time.sleep(0.3)
+    finally:
+        group.close()
+    listed = kafka.admin().list_topics(timeout=10).topics
+    assert "__transaction_state" in listed and "__consumer_offsets" in listed
+    return kafka
+
+
+ALL = f"{ADV},{LOG_APPEND}"
+BY_TIMESTAMP = json.dumps({ADV: {"0": T0 + 5000, "1": T0 + 5000, "2": NEVER}})
+# name -> options; the same on both sides
+RUNS: dict[str, dict[str, str]] = {
+    "earliest": {"subscribe": ALL, "startingOffsets": "earliest", "includeHeaders": "true"},
+    "earliest_committed": {"subscribe": ALL, "startingOffsets": "earliest", "includeHeaders": "true",
+                           "kafka.isolation.level": "read_committed"},
+    "json_offsets": {"subscribe": ALL, "startingOffsets": json.dumps({ADV: {"0": 3, "1": -2, "2": -1},
+                                                                       LOG_APPEND: {"0": 2, "1": -2}})},
+    "timestamp": {"subscribe": ADV, "startingTimestamp": str(T0 + 5000), "includeHeaders": "true"},
+    "by_timestamp_latest": {"subscribe": ADV, "startingOffsetsByTimestamp": BY_TIMESTAMP,
+                            "startingOffsetsByTimestampStrategy": "latest"},
+    "timestamp_no_match_error": {"subscribe": ADV, "startingTimestamp": str(NEVER)},
+    "pattern": {"subscribePattern": rf"{BASE}-pat\.(a|b)", "startingOffsets": "earliest", "includeHeaders": "true"},
+    "pattern_internal": {"subscribePattern": rf"^__(transaction_state|consumer_offsets|{BASE}-pat\.b)$",
+                         "startingOffsets": "earliest"},
+    "latest": {"subscribe": ALL, "startingOffsets": "latest", "includeHeaders": "true"},
+}
+# REGIONAL_KAFKA_PARITY_RUNS=a,b: only those runs (to check a fix against older code quickly); all by default
+ONLY = [n for n in os.environ.get("REGIONAL_KAFKA_PARITY_RUNS", "").split(",") if n]
+RUNS = {n: o for n, o in RUNS.items() if not ONLY or n in ONLY}
+SPARK_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+
+
+def stock(kafka: KafkaBroker, work: Path, names: list[str]) -> None:
+    """Spark's Kafka source reads each run into ``work/<name>/stock``, in one child process."""
+    runs = [{"out": str(work / n / "stock"), "ck": str(work / n / "stock-ck"),
+             "options": {"kafka.bootstrap.servers": kafka.bootstrap, **RUNS[n]}} for n in names]
+    spec = work / f"spec-{len(list(work.glob('spec-*')))}.json"
+    spec.write_text(json.dumps({"runs": runs}))
+    done = subprocess.run([sys.executable, "-m", "integration.stock_kafka", str(spec)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def regional_run(spark, kafka: KafkaBroker, work: Path, name: str) -> str:
+    """regional's Kafka source reads run ``name`` into a Delta table at ``work/<name>/regional``: "ok" or its error.
+    A Python worker that could not connect back to Spark in time (a machine overloaded: not the source's doing) is
+    started again, on the same checkpoint, as a user would restart the query."""
+    for _attempt in range(3):
+        result = _regional_run(spark, kafka, work, name)
+        if "Python worker failed to connect back" not in result:
+            return result
+    return result
+
+
+def _regional_run(spark, kafka: KafkaBroker, work: Path, name: str) -> str:
+    out, ck = work / name / "regional", work / name / "regional-ck"
+    reader = (spark.readStream.format("regional").option("source", "kafka")
+              .option("kafka.bootstrap.servers", kafka.bootstrap).option("checkpointLocation", str(ck)))
+    for key, value in RUNS[name].items():
+        reader = reader.option(key, value)
+    try:
+        df = reader.load()
+        (work / name / "columns.json").write_text(json.dumps(df.columns))
+        query = (df.writeStream.format("regional").option("target", "delta").option("path", str(out))
+                 .option("checkpointLocation", str(ck)).option("keepRegionColumns", "true")
+                 .trigger(availableNow=True).start())
+        assert query.awaitTermination(240), f"run {name}: the AvailableNow query did not end"
+        return "ok"
+    except Exception as exc:
+        return f"failed: {exc}"
+
+
+def stock_rows(spark, out: Path) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    if not list(out.glob("*.parquet")):
+        return [], {}
+    df = spark.read.parquet(str(out))
+    return [r.asDict(recursive=True) for r in df.collect()], {f.name: f.dataType.simpleString() for f in df.schema}
+
+
+def regional_rows(spark, out: Path) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    if not (out / "_delta_log").exists():
+        return [], {}
+    df = spark.read.format("delta").load(str(out))
+    rows = [r.asDict(recursive=True) for r in df.collect()]
+    for row in rows:  # regional's own column: the record's topic-partition
+        assert row.pop("region") == f"{row['topic']}-{row['partition']}"
+    return rows, {f.name: f.dataType.simpleString() for f in df.schema if f.name != "region"}
+
+
+def ordered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(rows, key=lambda r: (r["topic"], r["partition"], r["offset"]))
+
+
+def assert_same(spark, work: Path, name: str) -> list[dict[str, Any]]:
+    stock_result = (work / name / "stock.result").read_text()
+    regional_result = (work / name / "regional.result").read_text()
+    assert stock_result == "ok" and regional_result == "ok", (name, stock_result[:500], regional_result[:2000])
+    want, want_types = stock_rows(spark, work / name / "stock")
+    got, got_types = regional_rows(spark, work / name / "regional")
+    if want and got:
+        assert got_types == want_types, name
+    assert len(got) == len(want), (name, len(got), len(want))
+    assert ordered(got) == ordered(want), name
+    return want
+
+
+@pytest.fixture(scope="module")
+def results(spark, topics: KafkaBroker, tmp_path_factory) -> Path:
+    """Every run, by both sources; ``latest`` twice: at its start (nothing), and again after new records."""
+    work = tmp_path_factory.mktemp("parity")
+    names = list(RUNS)
+    for name in names:
+        (work / name).mkdir()
+    stock(topics, work, names)
+    for name in names:
+        (work / name / "regional.result").write_text(regional_run(spark, topics, work, name))
+    if "latest" in RUNS:
+        produce_plain(topics, ADV, 3, 4, "late")
+        produce_plain(topics, LOG_APPEND, 2, 3, "late", stamped=False)
+        stock(topics, work, ["latest"])
+        (work / "latest" / "regional.result").write_text(regional_run(spark, topics, work, "latest"))
+    return work
+
+
+@pytest.mark.parametrize("name", [n for n in RUNS if n != "timestamp_no_match_error"])
+def test_regional_reads_what_sparks_kafka_source_reads(spark, results: Path, name: str):
+    rows = assert_same(spark, results, name)
+    topics_read = {r["topic"] for r in rows}
+    assert rows, name  # each run reads something (absence is never success), and what the issue says differs
+    if name == "earliest":
+        assert {r["timestampType"] for r in rows} == {0, 1}  # CreateTime and LogAppendTime
+        assert any(r["value"] is None for r in rows) and any(r["key"] is None for r in rows)
+        assert any(r["headers"] and len({h["key"] for h in r["headers"]}) < len(r["headers"]) for r in rows)
+        assert any(h["value"] is None for r in rows for h in r["headers"] or [])
+        assert any(r["headers"] is None for r in rows)
+        assert any(r["value"] == b"ab-0-0" for r in rows)  # aborted records, read_uncommitted
+    if name == "earliest_committed":
+        assert rows and not any((r["value"] or b"").startswith(b"ab-") for r in rows)
+    if name == "timestamp":  # partition 2: 10 plain records, from the 6th's timestamp on: 5 (issue 47: 0)
+        assert len([r for r in rows if r["partition"] == 2]) == 5
+    if name == "by_timestamp_latest":
+        assert not [r for r in rows if r["partition"] == 2]  # no record at or after its time: starts at its end
+    if name == "pattern":
+        assert topics_read == set(PATTERN_TOPICS)  # the user's __ topic and a name matched in part
+    if name == "pattern_internal":  # never Kafka's own internal topics; a user's __ topic as the only match
+        assert topics_read == {f"__{BASE}-pat.b"}
+    if name == "latest":
+        assert {r["value"].split(b"-")[0] for r in rows if r["value"]} == {b"late"}
+
+
+@pytest.mark.parametrize("name", [n for n in ("earliest", "json_offsets") if n in RUNS])
+def test_the_columns_are_sparks_in_sparks_order_then_region(results: Path, name: str):
+    """Code that relies on position (union with a stock Kafka stream, toDF, insertInto) sees Spark's columns."""
+    stock = results / name / "stock"
+    spark_columns = [f.name for f in pq.read_schema(next(stock.glob("*.parquet")))]
+    assert spark_columns == SPARK_COLUMNS + (["headers"] if RUNS[name].get("includeHeaders") == "true" else [])
+    assert json.loads((results / name / "columns.json").read_text()) == [*spark_columns, "region"]
+
+
+@pytest.mark.skipif("timestamp_no_match_error" not in RUNS, reason="not among REGIONAL_KAFKA_PARITY_RUNS")
+def test_no_record_at_a_starting_timestamp_fails_both_by_default(results: Path):
+    stock_result = (results / "timestamp_no_match_error" / "stock.result").read_text()
+    regional_result = (results / "timestamp_no_match_error" / "regional.result").read_text()
+    assert stock_result.startswith("failed") and "No offset matched" in stock_result, stock_result[:500]
+    assert regional_result.startswith("failed") and "startingOffsetsByTimestampStrategy=latest" in regional_result
