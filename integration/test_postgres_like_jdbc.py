@@ -221,7 +221,7 @@ def test_options_neither_writer_knows_are_refused_by_name_and_refused_stock_opti
     }
     for option, message in cases.items():
         got = error_of(lambda option=option: start(df, postgres, "refused", tmp_path / "ck", **{option: "x"}))
-        assert re.search(message, got), (option, got[-1500:])
+        assert re.search(message, got, re.I), (option, got[-1500:])
     got = error_of(lambda: start(df, postgres, "refused", tmp_path / "ck", truncate="true"))
     assert "truncate='true'" in got and "mode overwrite" in got, got[-1500:]
     with postgres.connect() as conn:
