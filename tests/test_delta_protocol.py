@@ -97,6 +97,13 @@ def test_an_unknown_feature_and_a_newer_protocol_are_refused_by_name(tmp_path):
         load_target({"target": "delta", "path": str(path), "queryid": QUERY}).open(KV)
 
 
+def test_the_feature_using_domain_metadata_is_the_one_named(tmp_path):
+    path = make_table(tmp_path / "t", [field("k"), field("v", "long")],
+                      features=["domainMetadata", "rowTracking", "appendOnly"])
+    with pytest.raises(RegionalConfigError, match="table feature 'rowTracking'"):
+        load_target({"target": "delta", "path": str(path), "queryid": QUERY}).open(KV)
+
+
 def test_an_identity_column_on_a_legacy_protocol_is_refused(tmp_path):
     path = make_table(tmp_path / "t", [field("id", "long", **{"delta.identity.start": 1, "delta.identity.step": 1}),
                                        field("k")], writer=6, reader=1)

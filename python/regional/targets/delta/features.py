@@ -142,7 +142,9 @@ def table_rules(table: Any, where: str, query: pa.Schema | None, merge_schema: b
                              "versions up to 7. Write to a table of an older protocol")
     # A legacy protocol (writer version below 7) allows its version's features without using them: the table's
     # metadata says which are in use (an identity column, column mapping, ...), checked below.
-    for name in writer_features(protocol) if protocol.min_writer_version >= 7 else []:
+    named = writer_features(protocol) if protocol.min_writer_version >= 7 else []
+    # domainMetadata last: the feature that uses it (rowTracking, clustering) says more to the user.
+    for name in sorted(named, key=lambda n: n == "domainMetadata"):
         if name in REFUSED:
             raise _refuse(where, f"the table feature {name!r}", REFUSED[name])
         if name not in SUPPORTED:

@@ -1,0 +1,232 @@
+"""target=delta against delta-spark, its reference (issue 46): tables made with each Delta feature by delta-spark,
+the same rows written by a real regional streaming query and by delta-spark's own writer, and what delta-spark
+reads back from both compared record by record (deltalake's reader too). Constraints are checked by delta-spark's
+own inserts of the same rows; refused features leave the table as it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, QueryBuilder
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from integration.helpers import error_of
+from regional.inputs.generator import generated_value
+from regional.spark.session import delta_fits_spark
+
+pytestmark = pytest.mark.skipif(not delta_fits_spark(), reason="delta-spark is the reference: it needs its jar")
+
+REGIONS = ["g000", "g001"]
+Select = dict[str, Column]
+
+
+def regional_run(spark: SparkSession, ck: Path, out: Path, columns: Select, total: int, **options: str) -> None:
+    """A regional query (source=generator, two regions, ``total`` records each) until it has published all."""
+    df = (spark.readStream.format("regional").option("source", "generator").option("regions", str(len(REGIONS)))
+          .option("rowsPerEpoch", str(total)).option("totalRows", str(total))
+          .option("checkpointLocation", str(ck)).load())
+    writer = (df.select("region", "offset", *[c.alias(n) for n, c in columns.items()]).writeStream
+              .format("regional").option("target", "delta").option("path", str(out))
+              .option("checkpointLocation", str(ck)).option("keepRegionColumns", "true"))
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    query = writer.trigger(availableNow=True).start()
+    try:
+        query.awaitTermination(600)
+        assert query.exception() is None, str(query.exception())[-3000:]
+    finally:
+        query.stop()
+
+
+def source_rows(spark: SparkSession, start: int, end: int) -> DataFrame:
+    """The generator's records ``[start, end)`` of each region, as a static DataFrame (what delta-spark writes)."""
+    rows = [(r, o, generated_value(r, o)) for r in REGIONS for o in range(start, end)]
+    return spark.createDataFrame(rows, "region STRING, offset BIGINT, value STRING")
+
+
+def stock_write(spark: SparkSession, out: Path, columns: Select, start: int, end: int, keep=None, **options) -> None:
+    """delta-spark's own append of the same rows (``keep``: which rows, by a condition)."""
+    df = source_rows(spark, start, end).select("region", "offset", *[c.alias(n) for n, c in columns.items()])
+    df = df.where(keep) if keep is not None else df
+    writer = df.write.format("delta").mode("append")
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.save(str(out))
+
+
+def spark_rows(spark: SparkSession, table: Path) -> list[tuple]:
+    df = spark.read.format("delta").load(str(table))
+    return sorted((tuple(r) for r in df.select(*sorted(df.columns)).collect()), key=repr)
+
+
+def deltalake_rows(table: Path) -> list[tuple]:
+    """deltalake's DataFusion reader (its to_pyarrow_table ignores column mapping)."""
+    reader = QueryBuilder().register("t", DeltaTable(str(table))).execute("SELECT * FROM t")
+    data = pa.RecordBatchReader.from_stream(reader).read_all()
+    names = sorted(data.column_names)
+    return sorted((tuple(r[n] for n in names) for r in data.to_pylist()), key=repr)
+
+
+def create(spark: SparkSession, table: Path, columns: str, tail: str = "") -> None:
+    spark.sql(f"CREATE TABLE delta.`{table}` ({columns}) USING delta {tail}")
+
+
+def test_column_mapping_name_mode_reads_back_as_delta_sparks_own_before_and_after_a_rename(spark, tmp_path):
+    """Issue 46, case 1: delta-spark read regional's rows of a column-mapped table as nulls, and after RENAME
+    COLUMN the renamed column as null. Partitioned too: partition values keyed by physical name."""
+    ours, theirs, ck = tmp_path / "ours", tmp_path / "theirs", tmp_path / "ck"
+    for table in (ours, theirs):
+        create(spark, table, "region STRING, offset BIGINT, value STRING, day STRING",
+               "PARTITIONED BY (day) TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")
+    columns = {"value": F.col("value"), "day": F.concat(F.lit("d"), (F.col("offset") % 2).cast("string"))}
+    regional_run(spark, ck, ours, columns, 5)
+    stock_write(spark, theirs, columns, 0, 5)
+    want = sorted(((f"d{o % 2}", o, r, generated_value(r, o)) for r in REGIONS for o in range(5)), key=repr)
+    assert spark_rows(spark, ours) == spark_rows(spark, theirs) == want
+    assert deltalake_rows(ours) == want
+    for table in (ours, theirs):
+        spark.sql(f"ALTER TABLE delta.`{table}` RENAME COLUMN value TO payload")
+    want = sorted(((d, o, v, r) for d, o, r, v in want), key=repr)  # columns by name: payload before region
+    assert spark_rows(spark, ours) == spark_rows(spark, theirs) == want
+    renamed = {"payload": F.col("value"), "day": columns["day"]}
+    regional_run(spark, ck, ours, renamed, 8)  # the same query, on after the rename: offsets 5..7
+    stock_write(spark, theirs, renamed, 5, 8)
+    want = sorted(((f"d{o % 2}", o, generated_value(r, o), r) for r in REGIONS for o in range(8)), key=repr)
+    assert spark_rows(spark, ours) == spark_rows(spark, theirs) == want
+    assert deltalake_rows(ours) == want
+
+
+def test_column_mapping_id_mode_with_change_data_feed_and_deletion_vectors(spark, tmp_path):
+    """Id mode (delta-spark matches the files' columns by field id), and a change data feed that reads regional's
+    appends as inserts, as it reads delta-spark's."""
+    ours, theirs, ck = tmp_path / "ours", tmp_path / "theirs", tmp_path / "ck"
+    for table in (ours, theirs):
+        create(spark, table, "region STRING, offset BIGINT, value STRING",
+               "TBLPROPERTIES ('delta.columnMapping.mode' = 'id', 'delta.enableChangeDataFeed' = 'true', "
+               "'delta.enableDeletionVectors' = 'true')")
+    columns = {"value": F.upper("value")}
+    regional_run(spark, ck, ours, columns, 6)
+    stock_write(spark, theirs, columns, 0, 6)
+    want = sorted(((o, r, generated_value(r, o).upper()) for r in REGIONS for o in range(6)), key=repr)
+    assert spark_rows(spark, ours) == spark_rows(spark, theirs) == want
+
+    def changes(table: Path) -> list[tuple]:
+        df = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(str(table))
+        return sorted((tuple(r) for r in df.select("_change_type", "region", "offset", "value").collect()), key=repr)
+
+    assert changes(ours) == changes(theirs) == sorted((("insert", *w[1:2], w[0], w[2]) for w in want), key=repr)
+    spark.sql(f"DELETE FROM delta.`{ours}` WHERE offset = 0")  # a deletion vector over regional's file
+    assert spark_rows(spark, ours) == [w for w in want if w[0] != 0]
+
+
+def test_check_constraint_and_not_null_rows_are_dead_lettered_never_published(spark, tmp_path):
+    """Issue 46, case 2: a CHECK constraint (value <> 'BAD') was published through. Each row that breaks the
+    constraint or NOT NULL is refused by delta-spark's own insert, and by regional: isolated and dead-lettered,
+    the region's other rows published; the table holds what delta-spark's writer puts in it."""
+    ours, theirs, ck, dlq = tmp_path / "ours", tmp_path / "theirs", tmp_path / "ck", tmp_path / "dlq"
+    for table in (ours, theirs):
+        create(spark, table, "region STRING, offset BIGINT, value STRING NOT NULL, n BIGINT")
+        spark.sql(f"ALTER TABLE delta.`{table}` ADD CONSTRAINT good CHECK (value <> 'BAD' AND n >= 0)")
+    offset = F.col("offset")
+    columns = {"value": F.when(offset == 3, "BAD").when(offset == 5, F.lit(None)).otherwise(F.col("value")),
+               "n": F.when(offset == 7, -1).when(offset == 8, F.lit(None)).otherwise(offset)}
+    bad = {3, 5, 7, 8}  # BAD, null into NOT NULL, n < 0, null n (a CHECK is broken by null, as delta-spark has it)
+    for o in sorted(bad):
+        with pytest.raises(Exception) as refused:
+            stock_write(spark, theirs, columns, o, o + 1)
+        message = str(refused.value)
+        assert "DELTA_VIOLATE_CONSTRAINT" in message or "DELTA_NOT_NULL_CONSTRAINT_VIOLATED" in message, message
+    regional_run(spark, ck, ours, columns, 10, deadLetterPath=str(dlq))
+    stock_write(spark, theirs, columns, 0, 10, keep=~F.col("offset").isin(*bad))
+    assert spark_rows(spark, ours) == spark_rows(spark, theirs)
+    assert len(spark_rows(spark, ours)) == len(REGIONS) * (10 - len(bad))
+    letters = DeltaTable(str(dlq)).to_pyarrow_table().to_pylist()
+    assert sorted((r["region"], r["offset"]) for r in letters) == sorted((r, o) for r in REGIONS for o in bad)
+    assert all("RowsRejected" in r["error"] for r in letters), letters
+    details = [spark.sql(f"DESCRIBE DETAIL delta.`{t}`").first() for t in (ours, theirs)]
+    assert details[0]["properties"] == details[1]["properties"] == {"delta.constraints.good":
+                                                                     "value <> 'BAD' AND n >= 0"}
+    assert (details[0]["minWriterVersion"], details[0]["minReaderVersion"]) == (
+        details[1]["minWriterVersion"], details[1]["minReaderVersion"])
+
+
+def test_a_generated_column_left_out_is_computed_as_delta_spark_computes_it(spark, tmp_path):
+    """Issue 46, case 3: vlen GENERATED ALWAYS AS (length(value)) was null in regional's rows (mergeSchema)."""
+    ours, theirs, ck = tmp_path / "ours", tmp_path / "theirs", tmp_path / "ck"
+    for table in (ours, theirs):
+        create(spark, table, "region STRING, offset BIGINT, value STRING, vlen INT GENERATED ALWAYS AS (length(value))")
+    columns = {"value": F.when(F.col("offset") == 2, F.lit(None)).otherwise(F.concat("value", F.lit("é")))}
+    regional_run(spark, ck, ours, columns, 4, mergeSchema="true")
+    stock_write(spark, theirs, columns, 0, 4, mergeSchema="true")
+    assert spark_rows(spark, ours) == spark_rows(spark, theirs)
+    assert {r[3] for r in spark_rows(spark, ours)} == {None, len("g000:0é")}
+
+
+def test_merge_schema_adds_a_non_nullable_column_nullable_as_delta_spark_does(spark, tmp_path):
+    """Issue 46, case 4: F.lit(1) was added NOT NULL, and delta-spark could not read the table."""
+    ours, theirs, ck = tmp_path / "ours", tmp_path / "theirs", tmp_path / "ck"
+    for table in (ours, theirs):
+        create(spark, table, "region STRING, offset BIGINT, value STRING")
+        spark.sql(f"INSERT INTO delta.`{table}` VALUES ('seed', -1, 'old')")
+    columns = {"value": F.col("value"), "one": F.lit(1)}
+    regional_run(spark, ck, ours, columns, 3, mergeSchema="true")
+    stock_write(spark, theirs, columns, 0, 3, mergeSchema="true")
+    assert spark_rows(spark, ours) == spark_rows(spark, theirs)
+    fields = [spark.read.format("delta").load(str(t)).schema["one"] for t in (ours, theirs)]
+    assert fields[0] == fields[1] and fields[0].nullable
+
+
+def test_partition_values_are_written_as_delta_spark_writes_them(spark, tmp_path):
+    """Issue 46, case 5: an empty-string partition value was kept as ''. Strings (empty, null, spaces and
+    slashes), dates, booleans and integers: the add actions' partition values equal delta-spark's own."""
+    ours, theirs, ck = tmp_path / "ours", tmp_path / "theirs", tmp_path / "ck"
+    for table in (ours, theirs):
+        create(spark, table, "region STRING, offset BIGINT, value STRING, s STRING, d DATE, b BOOLEAN, n INT",
+               "PARTITIONED BY (s, d, b, n)")
+    o = F.col("offset")
+    columns = {"value": F.col("value"),
+               "s": F.element_at(F.array(F.lit(""), F.lit(None).cast("string"), F.lit("a b/c=d"), F.lit("x")),
+                                 (o % 4 + 1).cast("int")),
+               "d": F.when(o == 1, F.lit(None)).otherwise(F.date_add(F.lit("1969-12-30").cast("date"),
+                                                                     o.cast("int"))),
+               "b": F.when(o % 3 == 0, F.lit(None)).otherwise(o % 3 == 1),
+               "n": F.when(o == 2, F.lit(None)).otherwise((o - 3).cast("int"))}
+    regional_run(spark, ck, ours, columns, 6)
+    stock_write(spark, theirs, columns, 0, 6)
+    assert spark_rows(spark, ours) == spark_rows(spark, theirs)
+
+    def partition_values(table: Path) -> list[tuple]:
+        adds = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True)).to_pylist()
+        return sorted({tuple((k, str(v)) for k, v in sorted(a.items()) if k.startswith("partition.")) for a in adds})
+
+    assert partition_values(ours) == partition_values(theirs)
+    assert any(("partition.s", "None") in p for p in partition_values(ours))
+
+
+@pytest.mark.parametrize(("columns", "tail", "named"), [
+    ("region STRING, offset BIGINT, value STRING", "TBLPROPERTIES ('delta.enableRowTracking' = 'true')",
+     "table feature 'rowTracking'"),
+    ("region STRING, offset BIGINT, value STRING", "CLUSTER BY (region)", "table feature 'clustering'"),
+    ("region STRING, offset BIGINT, value STRING, id BIGINT GENERATED ALWAYS AS IDENTITY", "",
+     "table feature 'identityColumns'"),
+])
+def test_a_feature_regional_refuses_is_named_and_nothing_is_written(spark, tmp_path, columns, tail, named):
+    out, ck = tmp_path / "ours", tmp_path / "ck"
+    create(spark, out, columns, tail)
+    version = DeltaTable(str(out)).version()
+    message = error_of(lambda: regional_run(spark, ck, out, {"value": F.col("value")}, 3))
+    assert named in message and "regional does not write it" in message, message[-3000:]
+    assert DeltaTable(str(out)).version() == version
+    assert not list(out.glob("*.parquet"))
+
+
+def test_a_constraint_regional_cannot_evaluate_is_refused_naming_it(spark, tmp_path):
+    out, ck = tmp_path / "ours", tmp_path / "ck"
+    create(spark, out, "region STRING, offset BIGINT, value STRING")
+    spark.sql(f"ALTER TABLE delta.`{out}` ADD CONSTRAINT pattern CHECK (value LIKE 'g%')")
+    message = error_of(lambda: regional_run(spark, ck, out, {"value": F.col("value")}, 3))
+    assert "CHECK constraint pattern (value LIKE 'g%')" in message and "cannot evaluate" in message, message[-3000:]
+    assert not list(out.glob("*.parquet"))
