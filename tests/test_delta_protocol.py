@@ -302,3 +302,18 @@ def test_expressions_have_sparks_three_valued_meaning(text, want):
 def test_expressions_outside_the_language_are_unsupported(text):
     with pytest.raises(sql.Unsupported):
         sql.parse(text, SCHEMA)
+
+
+def test_a_constraint_added_between_open_and_commit_keeps_the_epoch_unpublished(tmp_path):
+    """The rows were checked for the table as open() saw it: a constraint added since (by another writer) makes
+    the commit refuse, publishing nothing, rather than add rows that were never checked against it."""
+    from regional.errors import RegionalStoreError
+
+    path = make_table(tmp_path / "t", [field("k"), field("v", "long")], writer=3, reader=1,
+                      configuration={"delta.constraints.a": "v > 0"})
+    driver, task = driver_and_task(path, KV)
+    handle = task.prepare(0, "a", iter([batch(["x"], [1])]))
+    DeltaTable(str(path)).alter.add_constraint({"b": "v > 5"})
+    with pytest.raises(RegionalStoreError, match="changed its rules"):
+        driver.commit(0, {"a": handle})
+    assert rows_of(path) == []
