@@ -89,8 +89,9 @@ def assert_landed(postgres, table: str, expected: dict[str, list[str]], ck: Path
 
 
 def test_regions_the_database_rejects_fall_back_while_the_others_publish_then_catch_up(spark, postgres, dirs):
-    """c's rows fire a trigger that raises while c is in the reject list; d's rows break a unique constraint
-    while a conflicting row exists. A primary key on (region, offset) would catch any row written twice."""
+    """c's rows fire a trigger that raises while c is in the reject list (P0001: the target's failure, c falls back);
+    d's rows break a unique constraint while a conflicting row exists (23505: the rows' failure, d is quarantined).
+    A primary key on (region, offset) would catch any row written twice."""
     inp, _out, ck = dirs
     inputs = add_epoch_of_files(inp, ["a", "b", "c", "d"], "001", 12)
     with postgres.connect() as conn:
@@ -116,7 +117,9 @@ def test_regions_the_database_rejects_fall_back_while_the_others_publish_then_ca
         assert st.regions["a"].committed_offset == st.regions["b"].committed_offset == 12
         assert st.regions["c"].committed_offset == 0 and st.regions["c"].state == "fallen_back"
         assert "refused by a trigger" in st.regions["c"].reason
-        assert st.regions["d"].committed_offset == 4 and "duplicate key" in st.regions["d"].reason
+        # a row the table refuses (a unique key, SQLSTATE 23505) is the rows' failure: quarantined, as a poison record
+        assert st.regions["d"].committed_offset == 4 and st.regions["d"].state == "quarantined"
+        assert "duplicate key value violates unique constraint" in st.regions["d"].reason, st.regions["d"].reason
         assert_landed(postgres, "rejecting", expected_rows(inputs), ck, complete=False, others=frozenset({"elsewhere"}))
         assert any(e.kind == "regional" and set(e.committed) == {"a", "b"} for e in st.epochs)
         with postgres.connect() as conn:  # the database is mended

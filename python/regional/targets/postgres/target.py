@@ -329,8 +329,12 @@ class PostgresTarget(RegionalTarget):
                 state = getattr(exc, "sqlstate", None) or ""
                 if isinstance(exc, psycopg.Error) and state[:2] in ROWS_REFUSED:
                     # The rows' failure (a constraint, a value the column refuses): the same on every attempt.
+                    # One line (the region's status shows a failure's last line): the message and its detail,
+                    # not PostgreSQL's CONTEXT (the COPY line, the whole row).
+                    diag = exc.diag
+                    why = " ".join(t.strip() for t in (diag.message_primary, diag.message_detail) if t) or str(exc)
                     raise RowsRejected(f"target=postgres: table {self.table} refused the rows (SQLSTATE {state}): "
-                                       f"{str(exc).strip()}") from exc
+                                       f"{' '.join(why.split())}") from exc
                 raise
         finally:
             conn.close()
