@@ -36,22 +36,23 @@ def failing_udf(bad: str, count_dir: Path, failures: float):
 
 
 def alone_failures(ck: Path, region: str = "a") -> list[tuple[int, float, str]]:
-    """The epochs in which ``region``'s isolated record failed alone and was kept for a retry: (epoch, recorded_at,
-    reason)."""
+    """The epochs in which ``region``'s isolated record failed alone in a try (after an earlier failure alone and
+    records of its region beside it passing since) and was kept for a retry: (epoch, recorded_at, reason)."""
     return [(e.epoch, e.recorded_at, f.reason) for e in regional.status(ck).epochs
-            if (f := e.fallen_back.get(region)) is not None and "failed alone" in f.reason]
+            if (f := e.fallen_back.get(region)) is not None and "times, each after records" in f.reason]
 
 
 def test_a_record_that_fails_alone_twice_then_passes_within_its_retries_is_published_not_dead_lettered(
         spark, dirs, tmp_path):
     """deadLetterRetries=2: a-001-0 fails in the epoch that reads all of a and in the one that reads it without its
-    neighbour (2 attempts each), then alone beside its probe in two epochs (2 attempts each), then passes on its third
-    try alone. Without retries it would be dead-lettered on its first failure alone."""
+    neighbour (2 attempts each), then alone beside its probe in five epochs (2 attempts each: two failures before its
+    first try, the try, one failure, the second try), then passes on its third try. Without retries it would be
+    dead-lettered on its first try."""
     inp, out, ck = dirs
     dlq, counts = tmp_path / "dead-letters", tmp_path / "counts"
     counts.mkdir()
     inputs = {**add_epoch_of_files(inp, ["a"], "001", 2), **add_epoch_of_files(inp, ["b", "c"], "001", 20)}
-    parse = failing_udf(inputs["a"][0], counts, failures=8)
+    parse = failing_udf(inputs["a"][0], counts, failures=14)
     df = regional_stream(spark, inp, ck)
     query = start(df.select("region", "offset", parse("value").alias("value")), out, ck, deadLetterPath=str(dlq),
                   deadLetterRetries="2", deadLetterRetryBackoff="2s")
@@ -65,14 +66,15 @@ def test_a_record_that_fails_alone_twice_then_passes_within_its_retries_is_publi
     st = regional.status(ck)
     assert not any(e.dead_lettered for e in st.epochs)
     failed = alone_failures(ck)
-    assert len(failed) == 2 and all(f"offset 0 failed alone {n} of 3 times (deadLetterRetries=2); retried after "
-                                    in r for n, (_, _, r) in zip((1, 2), failed, strict=True)), failed
+    assert len(failed) == 2 and all(f"offset 0 failed alone {n} of 3 times, each after records of its region beside "
+                                    "it passed (deadLetterRetries=2); retried after " in r
+                                    for n, (_, _, r) in zip((1, 2), failed, strict=True)), failed
     assert failed[1][1] - failed[0][1] >= 2.0
     passed = [e for e in st.epochs if "a" in e.committed and e.committed["a"].start == 0]
     assert len(passed) == 1 and passed[0].recorded_at - failed[1][1] >= 2.0
     a = st.regions["a"]
     assert (a.committed_offset, a.dead_letters, a.failed_alone, a.state.value) == (2, 0, 0, "ok")
-    assert len(os.listdir(counts)) == 8
+    assert len(os.listdir(counts)) == 14
 
 
 def test_a_record_that_fails_on_every_try_is_dead_lettered_once_after_the_backoff_and_available_now_waits(
