@@ -595,13 +595,14 @@ def test_sigkill_of_a_topic_replay_before_its_marks_then_restart_lands_each_lett
                          "epoch": pa.array([epoch], pa.int64()), "error": pa.array(["ValueError: bad"])})
         target.commit(epoch, {region: target.prepare(epoch, region, iter(rows.to_batches()))})
     args = ["integration.replay_child", f"kafka:{dead}@{kafka.bootstrap}", str(out), str(ck), str(tmp_path / "dlq")]
-    assert run_killable(args, "before_marks:2", marker) == "killed"
+    assert run_killable(args, "before_marks:2", marker, timeout=600) == "killed"
     [(mark, _)] = group_marks(kafka, dead, f"regional-replayed-{dead}")
-    assert run_killable(args, None, marker) == "finished"
+    assert run_killable(args, None, marker, timeout=600) == "finished"
     landed_once(out, {r: [(o, v.upper()) for o, v in rows] for r, rows in records.items()})
     [(after, meta)] = group_marks(kafka, dead, f"regional-replayed-{dead}")
     assert after > mark and meta["above"] == [] and meta["replayed_by"] == Store(ck).query_id()
     assert after > max(m["position"] for m in letters_in(kafka, dead))
+    _forget_group(kafka, f"regional-replayed-{dead}")  # the group's offsets expire: the marks topic keeps them
     assert replay_of(kafka, dead, tmp_path / "ck-new").available(0) == {}
 
 
@@ -877,3 +878,63 @@ def test_a_topic_replays_marks_outlive_its_groups_offsets_and_a_groups_older_mar
     with pytest.raises(RegionalConfigError, match=f"the replay marks topic {re.escape(marks)} has "
                                                   "cleanup.policy=delete: retention would delete its records"):
         replay_of(kafka, dead, tmp_path / "ck-d", replayMarksTopic=marks).available(0)
+
+
+def test_a_second_topic_replay_after_the_groups_offsets_expired_lands_nothing_twice(kafka, tmp_path):
+    """Issue 45, end to end (real Spark, Trigger.AvailableNow, phase two marking): a replay lands every letter once;
+    its group's committed offsets are deleted (as the brokers do 7 days after the group goes empty); a second
+    replay (a new checkpoint, the same target) lands nothing. On the code before, the second replay found no
+    marks and landed every letter again."""
+    from regional.testing.exactly_once import delta_landed
+
+    dead, out, marker = dead_topic(), tmp_path / "out", tmp_path / "reached"
+    records = {r: [(o, f"{r}-{o}") for o in (2, 5, 11)] for r in ("a", "b")}
+    target = sink(kafka, dead, query_id="original")
+    for epoch, (offset, region, value) in enumerate(sorted((o, r, v) for r, rows in records.items() for o, v in rows)):
+        rows = pa.table({"region": [region], "offset": pa.array([offset], pa.int64()), "value": [value],
+                         "epoch": pa.array([epoch], pa.int64()), "error": pa.array(["ValueError: bad"])})
+        target.commit(epoch, {region: target.prepare(epoch, region, iter(rows.to_batches()))})
+    want = {r: [(o, v.upper()) for o, v in rows] for r, rows in records.items()}
+    for run, ck in enumerate((tmp_path / "ck-1", tmp_path / "ck-2")):
+        args = ["integration.replay_child", f"kafka:{dead}@{kafka.bootstrap}", str(out), str(ck),
+                str(tmp_path / f"dlq-{run}")]
+        assert run_killable(args, None, marker, timeout=600) == "finished"
+        landed_once(out, want)
+        _forget_group(kafka, f"regional-replayed-{dead}")
+    assert len(delta_landed(out)) == 6
+
+
+def test_two_writers_of_the_marks_at_once_never_overwrite_each_others(kafka):
+    """The marks are written read-modify-write: a writer fenced by another between its read and its commit starts
+    again and reads the other's marks, so neither is lost (with the group alone, the later commit won). Made
+    deterministic: the second writer writes inside the first's computation."""
+    from regional.inputs.deadletter_topic.marks import Mark, MarksStore
+
+    dead = new_topic(kafka, 2)  # the dead-letter topic (its letters do not matter here)
+    conf = {"bootstrap.servers": kafka.bootstrap}
+    first, second = (MarksStore(dead, f"regional-replayed-{dead}", f"marks-{dead}", conf, 30) for _ in range(2))
+    seen: list[dict[int, Mark]] = []
+
+    def compute(current: dict[int, Mark]) -> list[Mark]:
+        seen.append(current)
+        if len(seen) == 1:  # another replay marks partition 1 between this one's read and its commit
+            second.write(lambda _: [Mark(1, 7, {"replayed_by": "b", "epoch": 0, "above": []})])
+        return [Mark(0, 4, {"replayed_by": "a", "epoch": 0, "above": [[6, 6]]})]
+
+    first.write(compute)
+    assert len(seen) == 2 and 1 not in seen[0] and seen[1][1].offset == 7  # fenced, read again: b's marks seen
+    fresh = MarksStore(dead, f"regional-replayed-{dead}", f"marks-{dead}", conf, 30).read([0, 1], carry=False)
+    assert {p: (m.offset, m.meta["replayed_by"]) for p, m in fresh.items()} == {0: (4, "a"), 1: (7, "b")}
+    assert [(p, o) for p, (o, _) in enumerate(group_marks_of(kafka, dead, f"regional-replayed-{dead}", 2))] == \
+        [(0, 4), (1, 7)]  # the group shows both, each written in its mark's transaction
+
+
+def group_marks_of(broker, topic: str, group: str, partitions: int) -> list[tuple[int, dict[str, Any]]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+        return [(tp.offset, json.loads(tp.metadata or "{}")) for tp in sorted(found, key=lambda tp: tp.partition)]
+    finally:
+        consumer.close()

@@ -253,9 +253,11 @@ class MarksStore:
 
         self._ensure_topic()
         for attempt in range(WRITE_TRIES):
+            fatal: list[str] = []  # a fenced producer's fatal error, noted (raised from a callback it is garbled)
             producer = Producer({**{k: v for k, v in self.conf.items() if k not in CONSUMER_ONLY},
                                  "transactional.id": f"regional-replay-marks-{self.marks_topic}",
-                                 "enable.idempotence": True, "logger": client_log})
+                                 "enable.idempotence": True, "logger": client_log,
+                                 "error_cb": _noting_error(fatal)})
             group = None
             try:
                 producer.init_transactions(self.timeout_s)  # fences other writers; the one before is complete
@@ -269,8 +271,8 @@ class MarksStore:
                                      value=_text({"offset": m.offset, **m.meta}, MAX_TOPIC_MARK).encode(),
                                      on_delivery=_noting(failed))
                 producer.flush(self.timeout_s)
-                if failed:
-                    raise KafkaError(f"the marks topic refused them: {failed[0]}")
+                if failed or fatal:
+                    raise KafkaError(f"the marks topic refused them: {(failed + fatal)[0]}")
                 if not carried:  # the view, in the same transaction
                     group = consumer({**self.conf, "group.id": self.group, "enable.auto.commit": False,
                                       "logger": client_log})
@@ -281,7 +283,7 @@ class MarksStore:
                 for m in marks:  # ours now; a reader goes on from where it read
                     self._values[m.partition] = Mark(m.partition, m.offset, dict(m.meta))
                 return marks
-            except (KafkaException, KafkaError, BufferError) as exc:
+            except (KafkaException, KafkaError, BufferError, SystemError) as exc:  # SystemError: see ``fatal``
                 _abort_quietly(producer)
                 if attempt == WRITE_TRIES - 1:
                     raise KafkaError(f"source=deadLetters: could not write the replay marks of {self.topic} to "
@@ -310,6 +312,8 @@ class MarksStore:
             try:
                 future.result(self.timeout_s)
                 log.warning("regional: created the replay marks topic %s (cleanup.policy=compact)", self.marks_topic)
+                self._checked = True  # as created (its configs may not be described for a moment yet)
+                return
             except KafkaException as exc:
                 if not (exc.args and exc.args[0].code() == RdKafkaError.TOPIC_ALREADY_EXISTS):
                     raise KafkaError(f"source=deadLetters: the replay marks topic {self.marks_topic} does not exist "
@@ -330,6 +334,14 @@ def _noting(failed: list[str]) -> Callable[[Any, Any], None]:
     def note(err: Any, _msg: Any) -> None:
         if err:
             failed.append(str(err))
+    return note
+
+
+def _noting_error(errors: list[str]) -> Callable[[Any], None]:
+    """An error callback that notes each fatal error in ``errors`` (others librdkafka retries itself)."""
+    def note(err: Any) -> None:
+        if getattr(err, "fatal", lambda: False)():
+            errors.append(str(err))
     return note
 
 
