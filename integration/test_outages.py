@@ -200,7 +200,7 @@ def test_two_poison_records_close_together_in_one_region_are_each_dead_lettered_
     """Issue 45's third failure: b@5, b@9 and c@3 poison in three regions of 20; b@9's probe must not hold b@5 (a
     poison record stays poison). Before issue 45 the query never ended (every epoch aborted, backing off)."""
     letters, _inputs, _out, _ck = run_through_outage(spark, tmp_path, REGIONS4[:3], 20,
-                                                     {("b", 5), ("b", 9), ("c", 3)}, [], timeout=300)
+                                                     {("b", 5), ("b", 9), ("c", 3)}, [])
     assert letters == [("b", 5), ("b", 9), ("c", 3)]
 
 
