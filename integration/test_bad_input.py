@@ -50,6 +50,19 @@ def test_unknown_target(spark, dirs):
     assert not out.exists()
 
 
+def test_a_misspelt_option_on_either_side_is_refused_by_name_before_anything_runs(spark, dirs):
+    inp, out, ck = dirs
+    add_epoch_of_files(inp, ["a"], "001", 3)
+    # readStream: refused at .load(), naming the option and the one meant
+    message = error_of(lambda: start_to_delta(regional_stream(spark, inp, ck, maxRecordsPerRegoin="5"), out, ck))
+    assert re.search(r"'maxrecordsperregoin' is not an option.*Did you mean 'maxRecordsPerRegion'", message, re.S), \
+        message[-2000:]
+    # writeStream: refused at start (the target declares its options), naming it
+    message = error_of(lambda: start_to_delta(regional_stream(spark, inp, ck), out, ck, mergeSchemaa="true"))
+    assert re.search(r"'mergeschemaa' is not an option.*Did you mean 'mergeSchema'", message, re.S), message[-2000:]
+    assert not out.exists() or not list(out.glob("*.parquet"))
+
+
 def test_unsafe_region_directory_is_refused(spark, dirs):
     inp, out, ck = dirs
     add_epoch_of_files(inp, ["a"], "001", 3)

@@ -99,12 +99,16 @@ def markdown(table: OptionTable) -> str:
 
 
 def declared_by(component: object) -> OptionTable | None:
-    """The options a source's or target's instance declares: its class's ``OPTIONS``, else its module's; None when
-    it declares none (a user's ``python:`` class may not: its options are then not checked)."""
+    """The options a source's or target's instance declares: its class's ``OPTIONS``, else its module's or the
+    nearest enclosing package's (or those of a class it derives from). None when it declares none: a user's
+    ``python:`` class may not, and its options are then not checked."""
     import sys
 
     inner = getattr(component, "inner", component)  # a user's class wrapped as a Target
     table = getattr(type(inner), "OPTIONS", None)
-    if not isinstance(table, OptionTable):
-        table = getattr(sys.modules.get(type(inner).__module__), "OPTIONS", None)
+    for cls in type(inner).__mro__:  # a source or target that is a package (or a class of it) declares them once
+        module = cls.__module__
+        while not isinstance(table, OptionTable) and module:
+            table = getattr(sys.modules.get(module), "OPTIONS", None)
+            module = module.rpartition(".")[0]
     return table if isinstance(table, OptionTable) else None

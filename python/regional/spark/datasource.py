@@ -21,7 +21,11 @@ class RegionalDataSource(DataSource):
         return "regional"
 
     def schema(self) -> str:
-        return load_input(self.options).schema_ddl
+        from regional.spark.reader import check_read_options
+
+        source = load_input(self.options)
+        check_read_options(source, self.options)  # at .load(), where Spark shows the message as it is
+        return source.schema_ddl
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from regional.spark.reader import RegionalStreamReader

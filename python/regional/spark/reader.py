@@ -20,7 +20,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from regional.dead_letters import encode_records
 from regional.errors import NEW_QUERY, RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs import load_input
-from regional.inputs.base import AcknowledgingInput, RetainedInput, StoredInput
+from regional.inputs.base import AcknowledgingInput, RegionInput, RetainedInput, StoredInput
 from regional.options import SPARK_READ, Option, OptionTable, check_given, declared_by
 from regional.protocol.plan import (
     INITIAL_EPOCH,
@@ -59,6 +59,14 @@ READ_OPTIONS = OptionTable("the regional source", [
 ])
 
 
+def check_read_options(source: RegionInput[Any], options: Mapping[str, str]) -> None:
+    """Refuse readStream options that neither the source nor regional declares (a typo must not pass for a
+    setting), or that the source refuses. Called at ``.load()`` (the data source's schema) and again at start."""
+    declared = declared_by(source)
+    if declared is not None:  # a user's python: class may declare none
+        check_given("readStream", options, [declared, READ_OPTIONS, SETTINGS_OPTIONS, SPARK_READ])
+
+
 def trigger_limit(options: Mapping[str, str]) -> int | None:
     """``maxRecordsPerTrigger``, or Kafka's name for it, ``maxOffsetsPerTrigger`` (offsets, which Kafka
     counts like records: a range of n offsets holds at most n records)."""
@@ -94,9 +102,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.conf, self.options = dict(conf), dict(options)
         self.store = Store(checkpoint)
         self.input = load_input(options)
-        declared = declared_by(self.input)
-        if declared is not None:  # a typo must not pass for a setting
-            check_given("readStream", options, [declared, READ_OPTIONS, SETTINGS_OPTIONS, SPARK_READ])
+        check_read_options(self.input, options)
         if isinstance(self.input, StoredInput):  # e.g. the files source's manifest of files in arrival order
             self.input.use_store(self.store)
         self.max_per_region = parse_optional_int(options, "maxRecordsPerRegion", minimum=1)
