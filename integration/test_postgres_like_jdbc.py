@@ -211,6 +211,8 @@ def test_an_existing_table_is_matched_without_case_as_spark_jdbc_matches_it(spar
                                                                                          "default")
 
 
+# Campaign-only until it has passed once: written under a load that killed its queries before any ran to the end.
+@pytest.mark.campaign
 def test_options_neither_writer_knows_are_refused_by_name_and_refused_stock_options_say_why(spark, postgres,
                                                                                              tmp_path):
     stream, _static = the_input(spark, tmp_path / "in", tmp_path / "ck")
@@ -228,6 +230,8 @@ def test_options_neither_writer_knows_are_refused_by_name_and_refused_stock_opti
         assert conn.execute("SELECT to_regclass('refused')").fetchone() == (None,)
 
 
+# Campaign-only until it has passed once: written under a load that killed its queries before any ran to the end.
+@pytest.mark.campaign
 def test_a_row_postgres_refuses_is_dead_lettered_and_every_other_row_lands_once(spark, postgres, tmp_path):
     """A CHECK constraint refuses one record, a NOT NULL column another (SQLSTATE class 23), a value out of the
     column's range a third (class 22): with dead letters on, each is isolated and dead-lettered with PostgreSQL's
