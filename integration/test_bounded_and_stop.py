@@ -37,13 +37,15 @@ def test_available_now_ends_only_after_the_failing_region_healed(spark, dirs, tm
               .option("path", str(out)).option("checkpointLocation", str(ck)).option("keepRegionColumns", "true")
               .trigger(availableNow=True))
     healed_at = []
+    query_over = threading.Event()
 
     def heal() -> None:
         # down for about ten seconds, and for two epochs at least however slow the machine is
         started = time.monotonic()
         while time.monotonic() - started < 10 or sum(
                 "c" in e.fallen_back for e in (regional.status(ck).epochs if ck.exists() else [])) < 2:
-            time.sleep(0.2)
+            if query_over.wait(0.2):  # the query failed or was stopped: nothing left to heal
+                return
         healed_at.append(time.monotonic())
         down.unlink()
 
@@ -54,6 +56,7 @@ def test_available_now_ends_only_after_the_failing_region_healed(spark, dirs, tm
         assert query.awaitTermination(240), "AvailableNow query did not end"
     finally:
         query.stop()
+        query_over.set()
         healer.join()
     ended_at = time.monotonic()
     assert query.exception() is None

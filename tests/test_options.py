@@ -9,6 +9,7 @@ from regional.inputs import generator
 from regional.options import SPARK_READ, Option, OptionTable, check_given, declared_by, markdown
 from regional.protocol.settings import SETTINGS_OPTIONS
 from regional.spark.reader import READ_OPTIONS
+from regional.targets.delta import DeltaTarget
 
 TABLES = [generator.OPTIONS, READ_OPTIONS, SETTINGS_OPTIONS, SPARK_READ]
 
@@ -66,3 +67,26 @@ def test_every_built_in_source_and_target_declares_its_options() -> None:
     undeclared = [f"{c.__module__}.{c.__name__}" for c in classes
                   if c.__name__ not in wrappers and declared_by(object.__new__(c)) is None]
     assert not undeclared
+
+
+class _SubclassWithoutOptions(DeltaTarget):
+    def __init__(self) -> None:  # never opened: only its class is looked at
+        pass
+
+
+class _SubclassWithOptions(DeltaTarget):
+    OPTIONS = OptionTable("python:my.Target", [Option("failRegion", "", "a region this subclass fails")])
+
+    def __init__(self) -> None:
+        pass
+
+
+def test_a_users_subclass_of_a_built_in_target_declares_its_own_options_or_none() -> None:
+    # A user's subclass that reads options of its own must not be refused by the base's table (it was, at
+    # cd7ac0f: every integration fault target failed at start); one that declares them is checked against both.
+    assert declared_by(_SubclassWithoutOptions()) is None
+    table = declared_by(_SubclassWithOptions())
+    assert table is not None and table.title == "python:my.Target"
+    check_given("writeStream", {"failregion": "a", "mergeschema": "true"}, [table])
+    with pytest.raises(RegionalConfigError, match=r"'failregoin'.*Did you mean 'failRegion'"):
+        check_given("writeStream", {"failregoin": "a"}, [table])

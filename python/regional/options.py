@@ -99,16 +99,36 @@ def markdown(table: OptionTable) -> str:
 
 
 def declared_by(component: object) -> OptionTable | None:
-    """The options a source's or target's instance declares: its class's ``OPTIONS``, else its module's or the
-    nearest enclosing package's (or those of a class it derives from). None when it declares none: a user's
-    ``python:`` class may not, and its options are then not checked."""
+    """The options a source's or target's instance declares.
+
+    regional's own classes: the class's ``OPTIONS``, else its module's or the nearest enclosing package's, else
+    those of a class it derives from (a source or target that is a package declares them once). A user's
+    ``python:`` class declares its own ``OPTIONS`` (in the class body) or nothing: with none, its options are not
+    checked (so a subclass of a built-in target may read options of its own); with some, they are checked against
+    its table and the built-in base's, so it lists only its own."""
+    inner = getattr(component, "inner", component)  # a user's class wrapped as a Target
+    outer = type(inner)
+    base = next((t for c in outer.__mro__ if _is_regional(c) and (t := _table_of(c)) is not None), None)
+    if _is_regional(outer):
+        return base
+    own = next((t for c in outer.__mro__
+                if not _is_regional(c) and isinstance(t := c.__dict__.get("OPTIONS"), OptionTable)), None)
+    if own is None:
+        return None
+    return own if base is None else OptionTable(own.title, own.options + base.options)
+
+
+def _is_regional(cls: type) -> bool:
+    return cls.__module__ == "regional" or cls.__module__.startswith("regional.")
+
+
+def _table_of(cls: type) -> OptionTable | None:
+    """A regional class's table: its own ``OPTIONS``, else its module's or an enclosing package's."""
     import sys
 
-    inner = getattr(component, "inner", component)  # a user's class wrapped as a Target
-    table = getattr(type(inner), "OPTIONS", None)
-    for cls in type(inner).__mro__:  # a source or target that is a package (or a class of it) declares them once
-        module = cls.__module__
-        while not isinstance(table, OptionTable) and module:
-            table = getattr(sys.modules.get(module), "OPTIONS", None)
-            module = module.rpartition(".")[0]
+    table = cls.__dict__.get("OPTIONS")
+    module = cls.__module__
+    while not isinstance(table, OptionTable) and module:
+        table = getattr(sys.modules.get(module), "OPTIONS", None)
+        module = module.rpartition(".")[0]
     return table if isinstance(table, OptionTable) else None
