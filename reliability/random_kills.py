@@ -28,6 +28,11 @@ RECORDS_PER_TRIAL = 30  # per region: three epochs of work at maxRecordsPerRegio
 START_SHARE = 0.2
 START_WINDOW_S = 35.0
 EPOCH_WINDOW_S = 3.0
+# A share of the kills aimed inside phase two: a random kill almost never lands there (phase two takes
+# milliseconds of an epoch), so these stop the driver at one of its steps (regional.failpoints) in one of the
+# next epochs, and kill it there.
+PHASE_TWO_SHARE = 0.3
+PHASE_TWO_STEPS = ("before_publish", "before_record")  # the series have no dead letters: the steps between
 
 
 @dataclass
@@ -35,6 +40,7 @@ class Trial:
     number: int
     outcome: str  # killed | finished
     in_start: bool  # the kill was timed from the process start, not from the run's first epoch
+    aimed_at: str | None  # a phase-two step "<step>:<epoch>" the kill was aimed at, or None (a timed kill)
     kill_after_s: float
     epochs_before: int
     epochs_after: int
@@ -156,16 +162,21 @@ def run_series(target: str, source: str, trials: int, seed: int, workdir: Path, 
     marker = workdir / "unused-marker"
     for number in range(trials):
         feed.add(f"{number:04d}", RECORDS_PER_TRIAL)
-        in_start = rng.random() < START_SHARE
-        delay = rng.uniform(0, START_WINDOW_S if in_start else EPOCH_WINDOW_S)
         before = len(store.epochs())
+        aimed = None
+        if rng.random() < PHASE_TWO_SHARE:
+            aimed = f"{rng.choice(PHASE_TWO_STEPS)}:{max(store.epochs(), default=-1) + 1 + rng.randint(0, 2)}"
+        in_start = aimed is None and rng.random() < START_SHARE
+        delay = rng.uniform(0, START_WINDOW_S if in_start else EPOCH_WINDOW_S)
         armed = None if in_start else (lambda: len(store.epochs()) > before)  # noqa: B023 (used at once)
-        outcome = run_killable(query.args(), None, marker, timeout=600, kill_after=delay, cwd=ROOT, armed=armed)
+        outcome = run_killable(query.args(), aimed, marker, timeout=600, kill_after=None if aimed else delay,
+                               cwd=ROOT, armed=armed)
         epochs = store.epochs()
         pending = bool(store.read_intent(max(epochs, default=-1) + 1)) if outcome == "killed" else False
         report = check(feed.expected(), landed(), complete=False)
-        series.trials.append(Trial(number, outcome, in_start, delay, before, len(epochs), pending, report))
-        moment = "from the start" if in_start else "after the run's first recorded epoch"
+        series.trials.append(Trial(number, outcome, in_start, aimed, delay, before, len(epochs), pending, report))
+        moment = (f"aimed at {aimed}" if aimed else "from the start" if in_start
+                  else "after the run's first recorded epoch")
         say(f"{name} trial {number}: {outcome} {delay:.1f}s {moment}, epochs {before}->{len(epochs)}"
             f"{' (inside phase two)' if pending else ''}: {report.summary()}")
     assert run_killable(query.args(), None, marker, timeout=900, cwd=ROOT) == "finished"

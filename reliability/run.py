@@ -41,7 +41,7 @@ os.environ["PYSPARK_PYTHON"] = sys.executable  # Python workers run this interpr
 
 from benchmarks.sections import markers, write_section  # noqa: E402
 
-from reliability.random_kills import EPOCH_WINDOW_S, START_SHARE, START_WINDOW_S, Series, run_series  # noqa: E402
+from reliability.random_kills import EPOCH_WINDOW_S, PHASE_TWO_SHARE, START_SHARE, START_WINDOW_S, Series, run_series  # noqa: E402
 
 TARGETS = ("delta", "python", "postgres", "delta-s3")
 S3_LEASE_TTL_S = "10"  # a killed driver's lease holds up the next start this long (the default is 30 s)
@@ -177,19 +177,23 @@ def kills_section(series: list[Series], command: str, seed: int, elapsed: float,
         f"fail in the target (they fall back and catch up). Most kills fall up to {EPOCH_WINDOW_S:.0f} s after "
         "the run recorded its first epoch (a driver takes 25-35 s to get there, later epochs about a second), "
         f"a share of {START_SHARE:.0%} up to {START_WINDOW_S:.0f} s after the process started (start-up, "
-        "recovery and the first epoch). After every kill the checker compares the target with the input "
+        f"recovery and the first epoch). A share of {PHASE_TWO_SHARE:.0%} of the trials is aimed inside phase "
+        "two instead: the driver stops at a step of one of the next epochs (before the targets publish, or "
+        "after they published and before the epoch's record) and is killed there. After every kill the "
+        "checker compares the target with the input "
         "record by record (nothing lost before the last landed record of a region, nothing twice, nothing out "
         "of order, no wrong value); after the last run, everything must have landed.",
         "",
-        "| target | source | trials | kills | kills inside phase two | epochs | records | lost | duplicated "
-        "| out of order | wrong | minutes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| target | source | trials | kills | aimed at phase two | kills inside phase two | epochs | records "
+        "| lost | duplicated | out of order | wrong | minutes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in series:
         totals = s.totals()
         epochs = s.trials[-1].epochs_after if s.trials else 0
         records = s.final.expected if s.final else 0
         lines.append(f"| {s.target} | {s.source} | {len(s.trials)} | {s.kills} | "
+                     f"{sum(t.aimed_at is not None for t in s.trials)} | "
                      f"{sum(t.intent_pending for t in s.trials)} | {epochs} | {records} | {totals['lost']} | "
                      f"{totals['duplicated']} | {totals['out_of_order']} | {totals['wrong']} | {s.seconds / 60:.1f} |")
     lines += ["", "Epochs: recorded before the last run. Kills inside phase two: the kill left an intent (the "
