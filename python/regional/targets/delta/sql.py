@@ -184,7 +184,7 @@ class _Parser:
             self.at += 1
             inner = self.negation()
             _need(inner, BOOLEAN, "NOT")
-            return Call([inner], BOOLEAN, pc.invert)
+            return Call([inner], BOOLEAN, lambda value: pc.invert(_typed(value, pa.bool_())))
         return self.predicate()
 
     def predicate(self) -> Expr:
@@ -275,7 +275,7 @@ class _Parser:
         arg = self.disjunction()
         self.take(")")
         _need(arg, STRING, function)
-        return Call([arg], NUMBER, lambda value: pc.cast(pc.utf8_length(value), pa.int32()))
+        return Call([arg], NUMBER, lambda value: pc.cast(pc.utf8_length(_typed(value, pa.string())), pa.int32()))
 
 
 def _need(expr: Expr, kind: Kind, where: str) -> None:
@@ -286,7 +286,14 @@ def _need(expr: Expr, kind: Kind, where: str) -> None:
 def _logical(op: str, left: Expr, right: Expr) -> Expr:
     _need(left, BOOLEAN, op.upper())
     _need(right, BOOLEAN, op.upper())
-    return Call([left, right], BOOLEAN, pc.and_kleene if op == "and" else pc.or_kleene)
+    function = pc.and_kleene if op == "and" else pc.or_kleene
+    return Call([left, right], BOOLEAN, lambda a, b: function(_typed(a, pa.bool_()), _typed(b, pa.bool_())))
+
+
+def _typed(value: object, arrow: pa.DataType) -> object:
+    """A bare NULL as a null of the type the operator takes (Arrow's kernels have none for the null type; SQL's
+    NULL AND x, NOT NULL, length(NULL) are null of their operator's type)."""
+    return pa.scalar(None, arrow) if _is_null_scalar(value) else value
 
 
 def _same_kind(op: str, left: Expr, right: Expr) -> None:
@@ -377,7 +384,11 @@ def parse(text: str, schema: pa.Schema) -> Expr:
     """The expression ``text`` over the columns of ``schema`` (the table's logical Arrow schema), or
     ``Unsupported`` saying what regional cannot evaluate with Spark's meaning."""
     try:
-        return _Parser(text, schema).parse()
+        expr = _Parser(text, schema).parse()
+        # Evaluated once over no rows: an operation Arrow has no kernel for (a comparison of decimals whose common
+        # type passes 38 digits, where Spark would round or fail) is refused here, at open, never met in a task.
+        expr.evaluate({f.name: pa.array([], f.type) for f in schema}, 0)
+        return expr
     except Unsupported:
         raise
     except (pa.ArrowException, ValueError, decimal.InvalidOperation) as exc:
