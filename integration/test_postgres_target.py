@@ -466,3 +466,34 @@ def test_rows_postgres_refuses_are_the_rows_failure_and_a_lock_timeout_is_not(po
     handle = target.prepare(0, "a", batch(4, "ok", 1))  # the lock is gone: the same row lands
     target.commit(0, {"a": handle})
     assert pg_rows(postgres, "refusing") == [("a", 4, "ok")]
+
+
+def test_a_probe_checks_rows_as_the_table_would_and_keeps_nothing(postgres, tmp_path):
+    """A probe's rows (records beside an isolated one) include rows the table holds already: the primary key must not
+    refuse those (the probe would fail for ever, and the isolated record never be dead-lettered). Each row the table
+    itself would refuse is refused as prepare refuses it; nothing stays in the table, prepared, or locked."""
+    with postgres.connect() as conn:
+        conn.execute('CREATE TABLE probed (region text, "offset" bigint PRIMARY KEY, value text CHECK (value <> '
+                     "'bad'), small smallint NOT NULL)")
+    target = other_query(postgres, "probed", tmp_path / "ck")
+    schema = pa.schema([("region", pa.string()), ("offset", pa.int64()), ("value", pa.string()),
+                        ("small", pa.int64())])
+    target.open(schema)
+
+    def rows(*values: tuple[int, str, int | None]) -> Iterator[pa.RecordBatch]:
+        yield pa.record_batch([["a"] * len(values), [v[0] for v in values], [v[1] for v in values],
+                               [v[2] for v in values]], schema=schema)
+
+    target.commit(0, {"a": target.prepare(0, "a", rows((1, "one", 1), (2, "two", 2)))})
+    with pytest.raises(RowsRejected, match="SQLSTATE 23505"):  # what the old probe, a prepare, met
+        target.prepare(1, "a", rows((1, "one", 1), (2, "two", 2)))
+    assert target.probe(1, "a", rows((1, "one", 1), (2, "two", 2))) is None
+    for values, state in [([(3, "bad", 1)], "23514"), ([(3, "ok", None)], "23502"), ([(3, "ok", 40000)], "22003"),
+                          ([(3, "ok", 1), (3, "again", 1)], "23505")]:
+        with pytest.raises(RowsRejected, match=f"table probed refused the rows \\(SQLSTATE {state}\\)"):
+            target.probe(1, "a", rows(*values))
+    assert pg_rows(postgres, "probed") == [("a", 1, "one"), ("a", 2, "two")] and prepared(postgres) == []
+    with postgres.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM pg_class WHERE relname LIKE 'regional_probe%'").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                            "WHERE c.relname = 'probed'").fetchone() == (0,)

@@ -88,6 +88,7 @@ class RegionPartition(InputPartition):
     range: RegionRange  # isolated: one suspect record, read for the dead letters by its quarantined attempt
     settings: Settings  # the plan's: enabled (quarantine and cuts apply), regionAttempts, regionTimeout
     split: Any  # what the input needs to read the range (``RegionInput.split``)
+    probe: bool = False  # one of the plan's probes (``EpochPlan.probes``), not a region's range
 
 
 class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -302,7 +303,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(self.input, StoredInput):
             self.input.before_splits(plan.epoch)
         return [RegionPartition(plan.query_id, plan.epoch, i, r, plan.settings,
-                                self.input.split(r.region, r.start, r.end))
+                                self.input.split(r.region, r.start, r.end), i >= len(plan.regions))
                 for i, r in enumerate(plan.ranges)]
 
     # -- reading, in the task -------------------------------------------------------------------------
@@ -317,7 +318,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         def receipt(end: int | None, quarantined: bool = False) -> None:
             files.write_receipt(ReadReceipt(p.query_id, p.epoch, r.region, r.start, end, quarantined,
-                                            settings.enabled, started_at))
+                                            settings.enabled, started_at, p.probe))
 
         if settings.enabled and files.key.attempt >= settings.region_attempts:
             # Quarantine: earlier attempts failed upstream of the sink. Read nothing, so that

@@ -47,6 +47,7 @@ class ReadReceipt:
     quarantined: bool  # the attempt numbered regionAttempts: it read nothing, on purpose
     enabled: bool  # the plan's settings.enabled (regional epochs on: a target failure fails only the region)
     started_at: float  # wall-clock seconds when the source began reading (same host as the sink)
+    probe: bool = False  # a probe's range (records beside an isolated one): the sink probes the target, never stages
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -57,7 +58,7 @@ class ReadReceipt:
         end = d["end"]
         return cls(str(d["query_id"]), int(d["epoch"]), str(d["region"]), int(d["start"]),
                    None if end is None else int(end), bool(d["quarantined"]), bool(d["enabled"]),
-                   float(d["started_at"]))
+                   float(d["started_at"]), bool(d.get("probe", False)))
 
 
 @dataclass(frozen=True)

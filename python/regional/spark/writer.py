@@ -264,8 +264,13 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
             return RegionalCommitMessage(self._outcome(key, files, guard, None))
         label = MIXED_REGIONS if self.mixed else guard.region
         assert label is not None
+        # A probe's rows (records beside an isolated one, some published already, never published by it) go to
+        # ``Target.probe``. The source wrote its receipt before its first rows left it.
+        receipt = files.read_receipt()
+        probing = receipt is not None and receipt.probe
         try:
-            handle = self._target().prepare(key.epoch, label, chain_first(first, batches))
+            target = self._target()
+            handle = (target.probe if probing else target.prepare)(key.epoch, label, chain_first(first, batches))
             leftover = sum(b.num_rows for b in batches)  # rows the target did not take
             failpoints.reach("staged", key.epoch)
         except _Upstream as up:

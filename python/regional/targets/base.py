@@ -80,6 +80,14 @@ class Target(ABC, Generic[Handle]):
         """In the task of one region: stage its slice of ``epoch`` and return a handle naming what was
         staged. Raising fails only this region (it falls back). It must take every batch."""
 
+    def probe(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Handle | None:
+        """In the task of a probe (records of ``region`` beside its isolated record, ``docs/design.md``, "Poison or
+        outage"): whether the target takes these rows, which are never published and may be published already
+        (the records before the suspect). Raise ``RowsRejected`` if it refuses them; return a handle to discard
+        (``abort``), or None. Default: ``prepare``, discarded after the decision. Override it when staging rows
+        already published fails (a unique key) or costs too much: check the rows without keeping them."""
+        return self.prepare(epoch, region, batches)
+
     # -- phase two, on the driver --------------------------------------------------------------
 
     @abstractmethod

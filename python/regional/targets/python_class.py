@@ -19,7 +19,7 @@ from regional.errors import RegionalConfigError
 from regional.targets.base import EpochReport, Target
 
 REQUIRED = ("prepare", "commit", "abort")
-OPTIONAL = ("open", "sweep", "published", "on_epoch", "location")
+OPTIONAL = ("open", "sweep", "published", "on_epoch", "location", "probe")
 
 
 def load(spec: str, options: dict[str, str]) -> Target[Any]:
@@ -73,6 +73,11 @@ class DuckTarget(Target[Any]):
         self.wants_report = bool(getattr(inner, "wants_report", False))
 
     def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Any:
+        return self.inner.prepare(epoch, region, batches)
+
+    def probe(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> Any:
+        if "probe" in self._optional:
+            return self._optional["probe"](epoch, region, batches)
         return self.inner.prepare(epoch, region, batches)
 
     def commit(self, epoch: int, handles: dict[str, Any], report: EpochReport | None = None) -> None:

@@ -309,15 +309,8 @@ class PostgresTarget(RegionalTarget):
                 conn.isolation_level = psycopg.IsolationLevel[self.settings.isolation_level]
             conn.tpc_begin(gid)
             try:
-                encode = encoder(first.schema, self.json_columns)
-                copy_sql = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
-                    self.table.sql(), sql.SQL(", ").join(sql.Identifier(c) for c in columns))
-                rows = 0
+                rows = self._copy(conn, self.table.sql(), columns, first, batches)
                 with conn.cursor() as cur:
-                    with cur.copy(copy_sql) as copy:
-                        for batch in chain_first(first, batches):
-                            copy.write(encode(batch))
-                            rows += batch.num_rows
                     # The progress row's key is the gid: two attempts never wait for each other's row.
                     cur.execute(sql.SQL("INSERT INTO {} (query_id, region, epoch, gid, row_count) "
                                         "VALUES (%s, %s, %s, %s, %s)").format(self.commits.sql()),
@@ -326,19 +319,70 @@ class PostgresTarget(RegionalTarget):
             except BaseException as exc:
                 if not conn.closed:
                     conn.tpc_rollback()
-                state = getattr(exc, "sqlstate", None) or ""
-                if isinstance(exc, psycopg.Error) and state[:2] in ROWS_REFUSED:
-                    # The rows' failure (a constraint, a value the column refuses): the same on every attempt.
-                    # One line (the region's status shows a failure's last line): the message and its detail,
-                    # not PostgreSQL's CONTEXT (the COPY line, the whole row).
-                    diag = exc.diag
-                    why = " ".join(t.strip() for t in (diag.message_primary, diag.message_detail) if t) or str(exc)
-                    raise RowsRejected(f"target=postgres: table {self.table} refused the rows (SQLSTATE {state}): "
-                                       f"{' '.join(why.split())}") from exc
-                raise
+                refused = self._refused(exc)
+                if refused is None:
+                    raise
+                raise refused from exc
         finally:
             conn.close()
         return {"gid": gid, "rows": rows}
+
+    def probe(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> None:
+        """A probe's rows (records beside an isolated one: those before it are in the table already, so a unique
+        key refuses them there): COPY into an empty temporary copy of the table, with its defaults, NOT NULL and
+        CHECK constraints and unique indexes (LIKE ... INCLUDING ALL), then roll back. The rows are checked as
+        the table would check them, nothing is kept; a refusal raises ``RowsRejected`` as ``prepare`` does."""
+        from psycopg import sql
+
+        first = next(batches, None)
+        if first is None:
+            return None
+        columns = [(self.columns or {}).get(n, n) for n in first.schema.names]
+        conn = self._connect(autocommit=False)
+        try:
+            probe = sql.Identifier(f"regional_probe_{uuid.uuid4().hex[:12]}")
+            conn.execute(sql.SQL("CREATE TEMPORARY TABLE {} (LIKE {} INCLUDING ALL) ON COMMIT DROP").format(
+                probe, self.table.sql()))
+            self._copy(conn, probe, columns, first, batches)
+        except Exception as exc:
+            refused = self._refused(exc)
+            if refused is None:
+                raise
+            raise refused from exc
+        finally:
+            conn.close()  # never committed: the server rolls the transaction back, and drops its table with it
+        return None
+
+    def _copy(self, conn: Any, table: Any, columns: list[str], first: pa.RecordBatch,
+              batches: Iterator[pa.RecordBatch]) -> int:
+        """COPY ``first`` and ``batches`` into ``table`` (a composed SQL name) in ``conn``'s transaction: rows
+        copied."""
+        from psycopg import sql
+
+        encode = encoder(first.schema, self.json_columns)
+        copy_sql = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+            table, sql.SQL(", ").join(sql.Identifier(c) for c in columns))
+        rows = 0
+        with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+            for batch in chain_first(first, batches):
+                copy.write(encode(batch))
+                rows += batch.num_rows
+        return rows
+
+    def _refused(self, exc: BaseException) -> RowsRejected | None:
+        """``RowsRejected`` for PostgreSQL's refusal of the rows themselves (a constraint, a value the column
+        refuses: the same on every attempt); None for anything else (the target's failure)."""
+        import psycopg
+
+        state = getattr(exc, "sqlstate", None) or ""
+        if not (isinstance(exc, psycopg.Error) and state[:2] in ROWS_REFUSED):
+            return None
+        # One line (the region's status shows a failure's last line): the message and its detail, not
+        # PostgreSQL's CONTEXT (the COPY line, the whole row).
+        diag = exc.diag
+        why = " ".join(t.strip() for t in (diag.message_primary, diag.message_detail) if t) or str(exc)
+        return RowsRejected(f"target=postgres: table {self.table} refused the rows (SQLSTATE {state}): "
+                            f"{' '.join(why.split())}")
 
     def _roll_back_dead_attempts(self, conn: Any, epoch: int, region: str, me: Attempt) -> None:
         """Roll back the gids of this region and epoch that Spark can no longer commit: those of an earlier
