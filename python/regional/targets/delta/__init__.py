@@ -58,12 +58,14 @@ from regional.storage.config import delta_options
 from regional.targets.base import EpochReport, Target, chain_first, reason_class, require_query_id
 from regional.targets.delta.features import Rules, table_rules
 from regional.targets.delta.rows import RowRules
+from regional.targets.delta.stats import FileStats, Spec, table_spec
 
 # Where regional staged files before it wrote them into the table (until 2026-11): an interrupted epoch of then
 # is finished by moving them in; the rest is swept.
 STAGING_DIR = "_regional_staging"
 PARTITION_COLUMNS_OPTION = "regional.partitioncolumns"  # set by open() for the tasks: the table's, as JSON
 RULES_OPTION = "regional.deltarules"  # set by open() for the tasks when the table has rules (features.Rules)
+STATS_OPTION = "regional.deltastats"  # set by open() for the tasks: the table's indexed columns (stats.spec)
 # Delta types a partition value is written for (as Delta spells them: the value's text, e.g. 2024-01-31).
 PARTITION_TYPES = {"string", "long", "integer", "short", "byte", "boolean", "date"}
 _EPOCH_DIR = re.compile(r"^e(\d+)$")
@@ -136,6 +138,9 @@ class DeltaTarget(Target[dict[str, Any] | None]):
         self.partition_columns: list[str] = json.loads(options.get(PARTITION_COLUMNS_OPTION) or "[]")
         given_rules = options.get(RULES_OPTION)
         self.rules = Rules.from_json(given_rules) if given_rules else Rules()  # open() finds them on the driver
+        given_stats = options.get(STATS_OPTION)
+        # The columns whose min/max/null count the files' stats carry (None: a new table, its defaults).
+        self.stats_spec: Spec | None = json.loads(given_stats) if given_stats else None
         self._delta: Any = None  # the table, opened once per target object (the driver builds one per epoch)
 
     # -- phase one, in the task -----------------------------------------------------------
@@ -170,7 +175,8 @@ class DeltaTarget(Target[dict[str, Any] | None]):
                         if not outs or (self.max_records and outs[-1].rows >= self.max_records):
                             if outs:
                                 outs[-1].close()
-                            outs.append(_StagedFile(self.storage, prefix, file_schema, self.compression))
+                            outs.append(_StagedFile(self.storage, prefix, file_schema, self.compression,
+                                                    FileStats(self.stats_spec, file_schema)))
                         room = self.max_records - outs[-1].rows if self.max_records else data.num_rows
                         outs[-1].write(data.slice(0, room))
                         data = data.slice(room)
@@ -182,7 +188,7 @@ class DeltaTarget(Target[dict[str, Any] | None]):
                     out.discard()
             raise
         keys = [self.rules.physical_partition(c) for c in self.partition_columns]  # physical names, if mapped
-        files = [{"name": out.name, "size": out.size, "rows": out.rows,
+        files = [{"name": out.name, "size": out.size, "rows": out.rows, "stats": out.stats.to_json(),
                   "partition": dict(zip(keys, values, strict=True))}
                  for values, outs in staged.items() for out in outs]
         handle = {"files": files, "schema": _encode_schema(schema), "partition_columns": self.partition_columns,
@@ -228,7 +234,7 @@ class DeltaTarget(Target[dict[str, Any] | None]):
                                                     storage_options=self._delta_options())
         now = int(time.time() * 1000)
         adds = [AddAction(f["name"], int(f["size"]), f.get("partition", {}), now, True,
-                          f'{{"numRecords":{int(f["rows"])}}}')
+                          f.get("stats") or f'{{"numRecords":{int(f["rows"])}}}')  # a handle of before stats
                 for h in staged for f in _files_of(h)]
         table.create_write_transaction(adds, mode="append", schema=table.schema(), commit_properties=properties)
 
@@ -313,6 +319,7 @@ class DeltaTarget(Target[dict[str, Any] | None]):
             self.partition_columns = []
             return
         self.partition_columns = list(table.metadata().partition_columns)
+        self.stats_spec = table_spec(table)
         if self.dead_letters:
             self._check_dead_letter_schema(schema)
         else:
@@ -322,6 +329,8 @@ class DeltaTarget(Target[dict[str, Any] | None]):
 
     def task_options(self) -> dict[str, str]:
         options = {PARTITION_COLUMNS_OPTION: json.dumps(self.partition_columns)}
+        if self.stats_spec is not None:
+            options[STATS_OPTION] = json.dumps(self.stats_spec)
         if self.rules:
             options[RULES_OPTION] = self.rules.to_json()
         return options
@@ -488,9 +497,11 @@ class _StagedFile:
     """One parquet file a task writes into the table's location: one per partition value of a partitioned table,
     else one per slice. It exists, whole, once closed; a discarded one never appears."""
 
-    def __init__(self, storage: Storage, prefix: str, schema: pa.Schema, compression: str = "snappy") -> None:
+    def __init__(self, storage: Storage, prefix: str, schema: pa.Schema, compression: str = "snappy",
+                 stats: FileStats | None = None) -> None:
         self.name = f"{prefix}-{uuid.uuid4().hex[:12]}.parquet"
         self.storage = storage
+        self.stats = stats if stats is not None else FileStats(None, schema)  # of exactly the rows written
         self.rows = 0
         self.size = 0
         self.closed = False
@@ -499,6 +510,7 @@ class _StagedFile:
 
     def write(self, batch: pa.RecordBatch) -> None:
         self._writer.write_batch(batch)
+        self.stats.add(batch)
         self.rows += batch.num_rows
 
     def close(self) -> None:
