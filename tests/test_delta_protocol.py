@@ -154,6 +154,36 @@ def test_an_invariant_is_checked_and_a_constraint_regional_cannot_evaluate_is_re
         load_target({"target": "delta", "path": str(path), "queryid": QUERY}).open(KV)
 
 
+
+def test_char_and_varchar_lengths_are_checked_in_characters(tmp_path):
+    """delta-spark's __CHAR_VARCHAR_STRING_LENGTH_CHECK__: null or at most n characters; a CHAR/VARCHAR inside a
+    struct is refused at open."""
+    path = make_table(tmp_path / "t", [field("k", **{"__CHAR_VARCHAR_TYPE_STRING": "varchar(3)"}), field("v", "long")])
+    driver, task = driver_and_task(path, KV)
+    ok = task.prepare(0, "a", iter([batch(["é😀x", None, ""], [1, 2, 3])]))
+    for long in ("abcd", "ab  "):
+        with pytest.raises(RowsRejected, match=r"length limit of k \(varchar\(3\)\)"):
+            task.prepare(0, "b", iter([batch([long], [1])]))
+    driver.commit(0, {"a": ok})
+    assert len(rows_of(path)) == 3
+    nested = {"type": "struct", "fields": [field("x")]}
+    path = make_table(tmp_path / "n", [field("k"), field("v", "long"),
+                                       field("s", nested, **{"__CHAR_VARCHAR_TYPE_STRING": "struct<x:char(2)>"})])
+    with pytest.raises(RegionalConfigError, match="top-level CHAR/VARCHAR"):
+        load_target({"target": "delta", "path": str(path), "queryid": QUERY}).open(KV)
+
+
+def test_each_add_action_carries_min_max_and_null_counts(tmp_path):
+    """The stats delta-spark's data skipping reads (compared with delta-spark's own in integration/)."""
+    path = make_table(tmp_path / "t", [field("k"), field("v", "long")],
+                      configuration={"delta.dataSkippingNumIndexedCols": "1"})
+    driver, task = driver_and_task(path, KV)
+    driver.commit(0, {"a": task.prepare(0, "a", iter([batch(["b", None], [5, 1]), batch(["a" * 40], [2])]))})
+    log = (path / "_delta_log" / f"{1:020d}.json").read_text().splitlines()
+    stats = json.loads(next(json.loads(line)["add"]["stats"] for line in log if '"add"' in line))
+    assert stats == {"numRecords": 3, "minValues": {"k": "a" * 32}, "maxValues": {"k": "b"}, "nullCount": {"k": 1}}
+
+
 # -- generated columns -----------------------------------------------------------------------------------------
 
 def test_a_generated_column_left_out_is_computed_and_one_written_is_checked(tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,6 +83,7 @@ FIELD_ID = "delta.columnMapping.id"
 GENERATED = "delta.generationExpression"
 INVARIANTS = "delta.invariants"
 IDENTITY = "delta.identity.start"
+CHAR_VARCHAR = "__CHAR_VARCHAR_TYPE_STRING"  # a CHAR(n)/VARCHAR(n) column's declared type (Delta stores a string)
 DEFAULT = "CURRENT_DEFAULT"
 
 
@@ -178,6 +180,8 @@ def table_rules(table: Any, where: str, query: pa.Schema | None, merge_schema: b
             rules.generated.append((f.name, str(metadata[GENERATED])))
         if INVARIANTS in metadata:
             rules.checks.append((f"invariant of {f.name}", _invariant(metadata[INVARIANTS], f.name, where)))
+        if CHAR_VARCHAR in metadata:
+            rules.checks.append(_length_limit(f.name, str(metadata[CHAR_VARCHAR]), where))
         if not f.nullable:
             rules.not_null.append(f.name)
     for key in sorted(configuration):
@@ -233,6 +237,18 @@ def _mapping(f: Any, where: str) -> list[Any]:
                       "regional maps the names of top-level columns and of structs only. Write to this table "
                       "with delta-spark")
     return [f.name, str(physical), int(ident), children]
+
+
+def _length_limit(column: str, declared: str, where: str) -> tuple[str, str]:
+    """delta-spark's __CHAR_VARCHAR_STRING_LENGTH_CHECK__: a CHAR(n) or VARCHAR(n) value is null or at most n
+    characters (delta-spark's writer neither pads nor trims them: it refuses a longer one)."""
+    match = re.fullmatch(r"\s*(?:var)?char\s*\(\s*(\d+)\s*\)\s*", declared, re.IGNORECASE)
+    if match is None:
+        raise _refuse(where, f"the column {column!r} of type {declared}", "regional checks the length of top-level "
+                      "CHAR/VARCHAR columns only. Write to this table with delta-spark, or make the nested "
+                      "fields STRING")
+    quoted = "`" + column.replace("`", "``") + "`"
+    return (f"length limit of {column} ({declared})", f"{quoted} IS NULL OR length({quoted}) <= {match.group(1)}")
 
 
 def _invariant(value: Any, column: str, where: str) -> str:
