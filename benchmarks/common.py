@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyspark
 
@@ -185,6 +186,31 @@ class Sampler(Periodic):
         if len(inside) < 2:
             return 0.0
         return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
+
+
+class EpochRecorder(Periodic):
+    """Keeps every epoch record of a running query's store, read every ``interval`` seconds on a thread: the
+    store keeps only the last ``retainEpochs`` (100 by default), and a long run has more."""
+
+    def __init__(self, ck: Path, interval: float = 0.5) -> None:
+        super().__init__(interval)
+        self.ck = ck
+        self.records: dict[int, Any] = {}  # epoch -> EpochRecord
+        self._thread.start()
+
+    def sample(self) -> None:
+        from regional.store import Store
+
+        store = Store(self.ck)
+        for epoch in store.epochs():
+            if epoch not in self.records and (record := store.read_record(epoch)) is not None:
+                self.records[epoch] = record
+
+    def stop(self) -> list[Any]:
+        """Every record seen, in epoch order (a last read first: the final epochs)."""
+        self._halt()
+        self.sample()
+        return [self.records[e] for e in sorted(self.records)]
 
 
 def wait_until(condition: Callable[[], bool], timeout: float) -> None:

@@ -5,7 +5,8 @@
 
 Scenarios, one module each: 1 ``throughput`` (at volume, with memory), 2 ``failing_region``, 3 ``straggler``,
 4 ``many_regions``, 5 ``transient`` (wasted work); then the Kafka source (``kafka``), the PostgreSQL target
-(``postgres``) and dead letters (``dead_letters``), each in its own SparkSession (they need other jars).
+(``postgres``), dead letters (``dead_letters``) and an outage on a timer (``outage``), each in its own
+SparkSession (they need other jars).
 Writes ``BENCHMARKS.md`` (with the machine and the versions) and ``benchmarks/scenario2.png``.
 Timings are reported, never asserted.
 """
@@ -17,6 +18,7 @@ import dataclasses
 import datetime
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -38,6 +40,7 @@ OTHERS = {
     "kafka": (["--records", "200000", "--repeats", "1"], ["--records", "2000000", "--repeats", "2"]),
     "postgres": (["--rows", "100000", "--repeats", "1"], ["--rows", "4000000", "--repeats", "3"]),
     "dead_letters": (["--per-region", "5000"], ["--per-region", "20000"]),
+    "outage": (["--outage", "20", "--rate", "500"], ["--outage", "60", "--rate", "1000"]),
     "s3": (["--rows-per-file", "10000", "--files-per-region", "2", "--repeats", "1"],
            ["--rows-per-file", "62500", "--files-per-region", "4", "--repeats", "3"]),
     "latency": (["--seconds", "10", "--repeats", "1"], ["--seconds", "40", "--repeats", "3"]),
@@ -154,8 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     if rows:
         report = render(rows, command, mode, time.perf_counter() - began)
         previous = target.read_text() if target.exists() else ""
-        for name in KEPT_SECTIONS:  # the other modules' sections stay until they run again
-            begin, end = markers(name.replace("_", "-"))
+        # The other modules' sections stay until they run again: every module's, those that run.py does not run too
+        # (monitoring, replay).
+        names = dict.fromkeys([*(n.replace("_", "-") for n in KEPT_SECTIONS),
+                               *re.findall(r"<!-- ([a-z0-9-]+):begin -->", previous)])
+        for name in names:
+            begin, end = markers(name)
             if begin in previous and end in previous:
                 report += "\n" + previous[previous.index(begin):previous.index(end) + len(end)] + "\n"
         target.write_text(report)
