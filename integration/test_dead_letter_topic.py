@@ -226,28 +226,30 @@ class _Memory(Target[Any]):
 
 
 def decided_epoch(tmp_path, topic: str):
-    """A store, and epoch 0's plan and task outcomes: region a's record at offset 4 dead-lettered (dead letters to
-    ``topic``), region b's slice written."""
+    """A store, and epoch 2's plan and task outcomes: region a's record at offset 4 dead-lettered (dead letters to
+    ``topic``), region b's slice written. Epoch 1's record holds the evidence of issue 45's rule (docs/design.md,
+    "Poison or outage"): a@4 failed alone in epoch 0 and records of a beside it passed in epoch 1, so its failure
+    alone in epoch 2 is a try, its last (deadLetterRetries=0)."""
     from regional.dead_letters import encode_records
     from regional.inputs.files import SCHEMA, batch_of
     from regional.protocol.decide import Outcome, TaskOutcome
     from regional.protocol.plan import RegionRange, plan_epoch
     from regional.protocol.settings import Settings
+    from regional.store.model import EpochKind, EpochRecord, RegionState, Standing
 
     store = Store(tmp_path / "ck")
     store.open_query()
-    s = Settings(dead_letter_topic=topic, region_attempts=2)
-    plan = plan_epoch(0, store.query_id(), str(store.checkpoint), {}, {"a": 5, "b": 8}, s)
-    plan = type(plan)(plan.query_id, 0, plan.store, (RegionRange("a", 4, 5, None, True), plan.regions[1]), s)
+    s = Settings(dead_letter_topic=topic, region_attempts=2, dead_letter_retries=0)
+    store.write_record(EpochRecord(1, EpochKind.REGIONAL, {}, {}, {"a": RegionState(
+        4, None, 0, Standing.QUARANTINED, "q", isolating=(4, 5), alone_since=0, probe_passed=1)}))
+    plan = plan_epoch(2, store.query_id(), str(store.checkpoint), {}, {"a": 5, "b": 8}, s)
+    plan = type(plan)(plan.query_id, 2, plan.store, (RegionRange("a", 4, 5, None, True), plan.regions[1]), s)
     letter = encode_records([batch_of("a", 4, ["a-4"])], SCHEMA)
     tasks = [TaskOutcome(0, 2, Outcome.QUARANTINED, plan.query_id, "a", 4, 4, reason="q", dead_letter=letter),
              TaskOutcome(1, 0, Outcome.WRITTEN, plan.query_id, "b", 0, 8, 8, 0, 7, "b@0-8")]
     return store, plan, tasks
 
 
-# Campaign-only until its setup is rewritten: its decided_epoch dead-letters a@4 on one epoch's evidence (another
-# region wrote), which issue 45's rule no longer takes, so phase two has no letter to produce and nothing fails.
-@pytest.mark.campaign
 def test_brokers_down_in_phase_two_fail_the_query_and_record_nothing_then_the_restart_produces_once(kafka, tmp_path):
     """The dead letters' brokers do not answer when the epoch's letters go out: commit fails, naming the topic and
     the brokers (never the producer's other settings), the epoch is not recorded and its intent is kept. The
@@ -265,20 +267,21 @@ def test_brokers_down_in_phase_two_fail_the_query_and_record_nothing_then_the_re
     with pytest.raises(KafkaDeadLetterError) as err:
         commit_epoch(plan, tasks, store, target, dead_letter_sink=lambda p, q: dead_letter_target(p, q, down))
     assert f"deadLetterTopic={topic}" in str(err.value) and "s3cr3t" not in str(err.value)
-    assert store.read_record(0) is None and target.commits == {}
-    assert store.read_intent(0).dead_letter_topic == topic
+    assert store.read_record(plan.epoch) is None and target.commits == {}
+    assert store.read_intent(plan.epoch).dead_letter_topic == topic
     assert not any("s3cr3t" in p.read_text(errors="replace") for p in (tmp_path / "ck").rglob("*") if p.is_file())
 
-    renamed = type(plan)(plan.query_id, 0, plan.store, plan.regions,
-                         Settings(dead_letter_topic=dead_topic(), region_attempts=2))
+    renamed = type(plan)(plan.query_id, plan.epoch, plan.store, plan.regions,
+                         Settings(dead_letter_topic=dead_topic(), region_attempts=2, dead_letter_retries=0))
     up = {"deadLetter.kafka.bootstrap.servers": kafka.bootstrap}
     for _ in range(2):  # the restart, and a second one (the record is there: nothing happens)
         record = commit_epoch(renamed, tasks, store, target,
                               dead_letter_sink=lambda p, q: dead_letter_target(p, q, up))
-    assert record.dead_lettered["a"].offset == 4 and target.commits == {0: {"b": "b@0-8"}}
+    assert record.dead_lettered["a"].offset == 4 and target.commits == {plan.epoch: {"b": "b@0-8"}}
     [letter] = letters_in(kafka, topic)
     assert letter["value"] == b'{"region": "a", "offset": 4, "value": "a-4"}'
-    assert letter["headers"]["regional.epoch"] == "0" and letter["headers"]["regional.error.class"] == "unknown"
+    assert letter["headers"]["regional.epoch"] == str(plan.epoch)
+    assert letter["headers"]["regional.error.class"] == "unknown"
     assert letters_in(kafka, renamed.settings.dead_letter_topic) == []
 
 
@@ -381,6 +384,16 @@ def replayed_rows(source, epoch: int, region: str, start: int, end: int) -> list
     source.before_splits(epoch)
     split = source.split(region, start, end)
     return [r for b in source.read(region, start, end, split) for r in b.to_pylist()]
+
+
+def commit_letters(target, epoch: int, region: str, offsets: list[int]) -> None:
+    """Epoch ``epoch``'s dead letters of ``region``'s records at ``offsets`` (values ``<region>-<offset>``), committed
+    to the topic by the dead-letter sink ``target``, as phase two does."""
+    n = len(offsets)
+    rows = pa.table({"region": [region] * n, "offset": pa.array(offsets, pa.int64()),
+                     "value": [f"{region}-{o}" for o in offsets], "epoch": pa.array([epoch] * n, pa.int64()),
+                     "error": pa.array(["ValueError: bad"] * n)})
+    target.commit(epoch, {region: target.prepare(epoch, region, iter(rows.to_batches()))})
 
 
 def recorded(epoch: int, committed: dict[str, int]):
@@ -719,18 +732,11 @@ def test_a_topic_replay_after_the_second_review_retention_availablenow_restarts_
     from regional.spark.reader import RegionalStreamReader
     from regional.store.model import DeadLetter, EpochKind, EpochRecord, RegionState, Slice
 
-    def letters(target, epoch: int, region: str, offsets: list[int]) -> None:
-        n = len(offsets)
-        rows = pa.table({"region": [region] * n, "offset": pa.array(offsets, pa.int64()),
-                         "value": [f"{region}-{o}" for o in offsets], "epoch": pa.array([epoch] * n, pa.int64()),
-                         "error": pa.array(["ValueError: bad"] * n)})
-        target.commit(epoch, {region: target.prepare(epoch, region, iter(rows.to_batches()))})
-
     # (1) Epoch 0 replays r@1 and r@5; retention deletes them: the replay goes on, and a new replay takes only r@9.
     dead = dead_topic()
     target = sink(kafka, dead)
     for epoch, offset in enumerate((1, 5, 9), start=1):
-        letters(target, epoch, "r", [offset])
+        commit_letters(target, epoch, "r", [offset])
     at = {int(m["headers"]["regional.offset"]): m["position"] for m in letters_in(kafka, dead)}
     one = replay_of(kafka, dead, tmp_path / "ck-1")
     assert one.available(0) == {"r": 10} and [x["offset"] for x in replayed_rows(one, 0, "r", 0, 6)] == [1, 5]
@@ -744,8 +750,8 @@ def test_a_topic_replay_after_the_second_review_retention_availablenow_restarts_
     # (2) Epoch 1's plan (r [2, 8)) is logged; the driver dies; late r@0 arrives; the AvailableNow restart.
     dead = dead_topic()
     target = sink(kafka, dead)
-    letters(target, 1, "r", [1])
-    letters(target, 2, "r", [7])
+    commit_letters(target, 1, "r", [1])
+    commit_letters(target, 2, "r", [7])
     ck = tmp_path / "ck-2"
     two = replay_of(kafka, dead, ck)
     assert two.available(0) == {"r": 8} and len(replayed_rows(two, 0, "r", 0, 2)) == 1
@@ -756,7 +762,7 @@ def test_a_topic_replay_after_the_second_review_retention_availablenow_restarts_
     (ck / "offsets").mkdir(parents=True)
     for epoch in (0, 1):  # what Spark logged
         (ck / "offsets" / str(epoch)).write_text("v1\n{}\n{}\n")
-    letters(target, 3, "r", [0])
+    commit_letters(target, 3, "r", [0])
     reader = RegionalStreamReader({}, {"source": "deadLetters", "topic": dead, "kafka.bootstrap.servers":
                                        kafka.bootstrap, "checkpointlocation": str(ck)})
     try:
@@ -771,7 +777,7 @@ def test_a_topic_replay_after_the_second_review_retention_availablenow_restarts_
     dead = dead_topic()
     target = sink(kafka, dead)
     for epoch, offset in enumerate((1, 5, 9, 12), start=1):
-        letters(target, epoch, "r", [offset])
+        commit_letters(target, epoch, "r", [offset])
     a = replay_of(kafka, dead, tmp_path / "ck-a")
     assert a.available(0) == {"r": 13}
     a.before_splits(0)
@@ -787,14 +793,14 @@ def test_a_topic_replay_after_the_second_review_retention_availablenow_restarts_
     # (4) z@0 waits; B takes c's 300 letters; A takes d's 400: the marks keep B's as a span, A never reads c again.
     dead = dead_topic()
     target = sink(kafka, dead)
-    letters(target, 1, "z", [0])
-    letters(target, 2, "c", list(range(300)))
+    commit_letters(target, 1, "z", [0])
+    commit_letters(target, 2, "c", list(range(300)))
     a = replay_of(kafka, dead, tmp_path / "ck-4a")
     b = replay_of(kafka, dead, tmp_path / "ck-4b")
     assert a.available(0) == {"z": 1, "c": 300} and b.available(0) == {"z": 1, "c": 300}
     b.before_splits(0)
     b.on_recorded(EpochRecord(0, EpochKind.GLOBAL, {"c": Slice(0, 300, 300)}, {}, {"c": RegionState(300, 0)}))
-    letters(target, 3, "d", list(range(400)))
+    commit_letters(target, 3, "d", list(range(400)))
     assert a.available(1) == {"z": 1, "d": 400}
     a.before_splits(1)
     a.on_recorded(EpochRecord(1, EpochKind.GLOBAL, {"d": Slice(0, 400, 400)}, {}, {"d": RegionState(400, 1)}))
@@ -827,19 +833,12 @@ def test_a_topic_replays_marks_outlive_its_groups_offsets_and_a_groups_older_mar
 
     from regional.errors import RegionalConfigError
 
-    def letters(target, epoch: int, region: str, offsets: list[int]) -> None:
-        n = len(offsets)
-        rows = pa.table({"region": [region] * n, "offset": pa.array(offsets, pa.int64()),
-                         "value": [f"{region}-{o}" for o in offsets], "epoch": pa.array([epoch] * n, pa.int64()),
-                         "error": pa.array(["ValueError: bad"] * n)})
-        target.commit(epoch, {region: target.prepare(epoch, region, iter(rows.to_batches()))})
-
     # (1) The first replay takes r@1 and r@5 and marks them; the group's offsets go; a new replay takes nothing.
     dead = dead_topic()
     group = f"regional-replayed-{dead}"
     target = sink(kafka, dead)
-    letters(target, 1, "r", [1])
-    letters(target, 2, "r", [5])
+    commit_letters(target, 1, "r", [1])
+    commit_letters(target, 2, "r", [5])
     first = replay_of(kafka, dead, tmp_path / "ck-1")
     assert first.available(0) == {"r": 6}
     assert [x["offset"] for x in replayed_rows(first, 0, "r", 0, 6)] == [1, 5]
@@ -849,7 +848,7 @@ def test_a_topic_replays_marks_outlive_its_groups_offsets_and_a_groups_older_mar
     _forget_group(kafka, group)
     assert group_marks(kafka, dead, group)[0][0] < 0  # no committed offset any more
     assert replay_of(kafka, dead, tmp_path / "ck-2").available(0) == {}
-    letters(target, 3, "r", [9])
+    commit_letters(target, 3, "r", [9])
     later = replay_of(kafka, dead, tmp_path / "ck-3")
     assert later.available(0) == {"r": 10} and [x["offset"] for x in replayed_rows(later, 0, "r", 0, 10)] == [9]
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
@@ -861,7 +860,7 @@ def test_a_topic_replays_marks_outlive_its_groups_offsets_and_a_groups_older_mar
     group = f"regional-replayed-{dead}"
     target = sink(kafka, dead)
     for epoch, offset in enumerate((1, 5, 9), start=1):
-        letters(target, epoch, "r", [offset])
+        commit_letters(target, epoch, "r", [offset])
     at = {int(m["headers"]["regional.offset"]): m["position"] for m in letters_in(kafka, dead)}
     old = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
@@ -879,7 +878,7 @@ def test_a_topic_replays_marks_outlive_its_groups_offsets_and_a_groups_older_mar
 
     # (3) A marks topic that retention would empty is refused, before anything is read.
     dead = dead_topic()
-    letters(sink(kafka, dead), 1, "r", [1])
+    commit_letters(sink(kafka, dead), 1, "r", [1])
     marks = f"marks-{dead}"
     admin.create_topics([NewTopic(marks, 1, 1, config={"cleanup.policy": "delete"})])[marks].result(30)
     with pytest.raises(RegionalConfigError, match=f"the replay marks topic {re.escape(marks)} has "
