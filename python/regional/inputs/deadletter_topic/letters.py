@@ -9,7 +9,7 @@ import decimal
 import functools
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,6 +164,41 @@ def letter_schema(header: bytes) -> pa.Schema:
 def headers_of(m: Any) -> dict[str, bytes]:
     """The letter's headers by name; regional's come last, so the last of a name wins."""
     return {k: v for k, v in (m.headers() or []) if v is not None}
+
+
+def read_to_end(reader: Any, topic: str, starts: Mapping[int, int], timeout_s: float, name: str,
+                at_end: Callable[[int, int], None]) -> Iterator[Any]:
+    """On the driver: each message of ``topic`` from ``starts`` (partition -> position) to the end of each
+    partition's readable log (read by ``reader``, a consumer with ``enable.partition.eof``), in the order read.
+    ``at_end(partition, position)`` hears where each partition's readable log ended (past its last record:
+    transaction markers, aborted records); a message that arrives after that is left to the next read. Fails
+    naming ``name`` on a lasting error, or when nothing comes for ``timeout_s``."""
+    from confluent_kafka import KafkaError as RdKafkaError
+    from confluent_kafka import TopicPartition
+
+    todo = dict(starts)
+    if not todo:
+        return
+    reader.assign([TopicPartition(topic, p, o) for p, o in todo.items()])
+    deadline = time.monotonic() + timeout_s
+    while todo:
+        messages = reader.consume(num_messages=1000, timeout=POLL_S)
+        for m in messages:
+            error = m.error()
+            if error is not None:
+                if error.code() == RdKafkaError._PARTITION_EOF and m.partition() in todo:
+                    del todo[m.partition()]
+                    at_end(m.partition(), m.offset() or 0)
+                elif not error.retriable():
+                    raise KafkaError(f"source=deadLetters: reading {name} failed: {error}")
+                continue
+            if m.partition() in todo:
+                yield m
+        if messages:
+            deadline = time.monotonic() + timeout_s
+        elif time.monotonic() > deadline:
+            raise KafkaError(f"source=deadLetters: {name} did not answer within {timeout_s:.0f} s "
+                             "(metadataTimeoutMs); is the broker up?")
 
 
 def consumer(conf: Mapping[str, Any]) -> Any:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from regional.errors import RegionalConfigError, RegionalStoreError
-from regional.inputs.deadletter_topic.letters import POLL_S, consumer
+from regional.inputs.deadletter_topic.letters import consumer, read_to_end
 from regional.inputs.kafka import KafkaError, client_log
 from regional.kafka_group import committed
 
@@ -153,7 +153,6 @@ class MarksStore:
     def _read_topic(self) -> dict[int, Mark]:
         """The marks topic from where this store last read it to its end (read_committed): each partition's last
         marks. Nothing when the topic does not exist (yet)."""
-        from confluent_kafka import KafkaError as RdKafkaError
         from confluent_kafka import TopicPartition
 
         reader = consumer({**self.conf, "group.id": self.group, "enable.auto.commit": False,
@@ -180,27 +179,14 @@ class MarksStore:
                     todo[p] = start
             if not todo:
                 return dict(self._values)
-            reader.assign([TopicPartition(self.marks_topic, p, o) for p, o in todo.items()])
-            deadline = time.monotonic() + self.timeout_s
-            while todo:
-                messages = reader.consume(num_messages=1000, timeout=POLL_S)
-                for m in messages:
-                    error = m.error()
-                    if error is not None:
-                        if error.code() == RdKafkaError._PARTITION_EOF and m.partition() in todo:
-                            del todo[m.partition()]
-                            self._next[m.partition()] = max(self._next.get(m.partition(), 0), m.offset() or 0)
-                        elif not error.retriable():
-                            raise KafkaError(f"source=deadLetters: reading the marks topic {self.marks_topic} "
-                                             f"failed: {error}")
-                        continue
-                    self._next[m.partition()] = m.offset() + 1
-                    self._take(m.key(), m.value())
-                if messages:
-                    deadline = time.monotonic() + self.timeout_s
-                elif time.monotonic() > deadline:
-                    raise KafkaError(f"source=deadLetters: the marks topic {self.marks_topic} did not answer within "
-                                     f"{self.timeout_s:.0f} s (metadataTimeoutMs); is the broker up?")
+
+            def at_end(p: int, position: int) -> None:
+                self._next[p] = max(self._next.get(p, 0), position)
+
+            named = f"the marks topic {self.marks_topic}"
+            for m in read_to_end(reader, self.marks_topic, todo, self.timeout_s, named, at_end):
+                self._next[m.partition()] = m.offset() + 1
+                self._take(m.key(), m.value())
         finally:
             reader.close()
         return dict(self._values)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import bisect
 import logging
 import re
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -18,13 +17,13 @@ from regional.inputs.base import BATCH_ROWS, AcknowledgingInput, RegionInput, St
 from regional.inputs.deadletter_rows import plain_type, spark_ddl
 from regional.inputs.deadletter_topic.letters import (
     HEADER,
-    POLL_S,
     Letter,
     TopicSplit,
     consumer,
     headers_of,
     letter_schema,
     read_letters,
+    read_to_end,
 )
 from regional.inputs.deadletter_topic.marks import Mark, MarksStore, Takes, runs_of
 from regional.inputs.deadletter_topic.options import TOPIC_OPTIONS
@@ -164,7 +163,6 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         """Read the topic's letters from each partition's next position to the end of its readable log into the
         index (each also to ``visit``, with its headers); their schemas (only those of letters not seen before,
         and only when ``initial``)."""
-        from confluent_kafka import KafkaError as RdKafkaError
         from confluent_kafka import TopicPartition
 
         reader = consumer(self._conf(**{"group.id": self.group, "enable.partition.eof": True,
@@ -195,45 +193,31 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
                     todo[p] = start
             if not todo:
                 return []
-            reader.assign([TopicPartition(self.topic, p, o) for p, o in todo.items()])
-            deadline = time.monotonic() + self.metadata_timeout_s
-            while todo:
-                messages = reader.consume(num_messages=1000, timeout=POLL_S)
-                for m in messages:
-                    error = m.error()
-                    if error is not None:
-                        if error.code() == RdKafkaError._PARTITION_EOF and m.partition() in todo:
-                            # the end of the readable log: past the last letter (transaction markers, aborted
-                            # records); a letter that arrives later is read by the next call
-                            del todo[m.partition()]
-                            self._next[m.partition()] = max(self._next[m.partition()], m.offset() or 0)
-                        elif not error.retriable():
-                            raise KafkaError(f"source=deadLetters: reading {self.topic} failed: {error}")
-                        continue
-                    p, position = m.partition(), m.offset()
-                    if p not in todo or position < self._next[p]:
-                        continue
-                    headers = headers_of(m)
-                    region, offset = headers.get(HEADER + "region"), headers.get(HEADER + "offset")
-                    schema = headers.get(HEADER + "schema")
-                    if region is None or offset is None or schema is None:
-                        raise RegionalConfigError(
-                            f"source=deadLetters: the record at {self.topic} partition {p} position {position} is "
-                            "not a regional dead letter (no regional.region, regional.offset or regional.schema "
-                            "header): a replay reads a topic only regional's deadLetterTopic writes")
-                    letter = Letter(p, position, region.decode(), int(offset),
-                                    hash((m.key(), m.value(), headers.get(HEADER + "row"))))
-                    self._letters.append(letter)
-                    if visit is not None:
-                        visit(letter, headers)
-                    self._next[p] = position + 1
-                    if initial and schema not in schemas:
-                        schemas[schema] = letter_schema(schema)
-                if messages:
-                    deadline = time.monotonic() + self.metadata_timeout_s
-                elif time.monotonic() > deadline:
-                    raise KafkaError(f"source=deadLetters: {self.topic} at {self.bootstrap} did not answer within "
-                                     f"{self.metadata_timeout_s:.0f} s (metadataTimeoutMs); is the broker up?")
+
+            def at_end(p: int, position: int) -> None:  # past the last letter: a later one is read by the next call
+                self._next[p] = max(self._next[p], position)
+
+            named = f"{self.topic} at {self.bootstrap}"
+            for m in read_to_end(reader, self.topic, todo, self.metadata_timeout_s, named, at_end):
+                p, position = m.partition(), m.offset()
+                if position < self._next[p]:
+                    continue
+                headers = headers_of(m)
+                region, offset = headers.get(HEADER + "region"), headers.get(HEADER + "offset")
+                schema = headers.get(HEADER + "schema")
+                if region is None or offset is None or schema is None:
+                    raise RegionalConfigError(
+                        f"source=deadLetters: the record at {self.topic} partition {p} position {position} is "
+                        "not a regional dead letter (no regional.region, regional.offset or regional.schema "
+                        "header): a replay reads a topic only regional's deadLetterTopic writes")
+                letter = Letter(p, position, region.decode(), int(offset),
+                                hash((m.key(), m.value(), headers.get(HEADER + "row"))))
+                self._letters.append(letter)
+                if visit is not None:
+                    visit(letter, headers)
+                self._next[p] = position + 1
+                if initial and schema not in schemas:
+                    schemas[schema] = letter_schema(schema)
         finally:
             reader.close()
         return list(schemas.values())
