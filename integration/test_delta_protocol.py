@@ -230,3 +230,29 @@ def test_a_constraint_regional_cannot_evaluate_is_refused_naming_it(spark, tmp_p
     message = error_of(lambda: regional_run(spark, ck, out, {"value": F.col("value")}, 3))
     assert "CHECK constraint pattern (value LIKE 'g%')" in message and "cannot evaluate" in message, message[-3000:]
     assert not list(out.glob("*.parquet"))
+
+
+def test_char_and_varchar_lengths_are_checked_as_delta_spark_checks_them(spark, tmp_path):
+    """delta-spark refuses a CHAR(n)/VARCHAR(n) value longer than n characters (its
+    __CHAR_VARCHAR_STRING_LENGTH_CHECK__), trailing spaces included; regional published it. Characters, not bytes:
+    a 3-character non-ASCII value fits VARCHAR(3)."""
+    ours, theirs, ck, dlq = tmp_path / "ours", tmp_path / "theirs", tmp_path / "ck", tmp_path / "dlq"
+    for table in (ours, theirs):
+        create(spark, table, "region STRING, offset BIGINT, value STRING, `v c` VARCHAR(3), h CHAR(2)",
+               "TBLPROPERTIES ('delta.columnMapping.mode' = 'name')")  # a name with a space needs mapping
+    offset = F.col("offset")
+    columns = {"value": F.col("value"),
+               "v c": F.when(offset == 1, "abcd").when(offset == 2, "ab  ").when(offset == 3, "é😀x")
+               .when(offset == 4, F.lit(None)).otherwise("ok"),
+               "h": F.when(offset == 5, "abc").otherwise("h")}
+    bad = {1, 2, 5}
+    for o in sorted(bad):
+        with pytest.raises(Exception) as refused:
+            stock_write(spark, theirs, columns, o, o + 1)
+        assert "CHAR_VARCHAR" in str(refused.value) or "EXCEED" in str(refused.value).upper(), str(refused.value)
+    regional_run(spark, ck, ours, columns, 7, deadLetterPath=str(dlq))
+    stock_write(spark, theirs, columns, 0, 7, keep=~F.col("offset").isin(*bad))
+    assert spark_rows(spark, ours) == spark_rows(spark, theirs)
+    assert len(spark_rows(spark, ours)) == len(REGIONS) * (7 - len(bad))
+    letters = DeltaTable(str(dlq)).to_pyarrow_table().to_pylist()
+    assert sorted((r["region"], r["offset"]) for r in letters) == sorted((r, o) for r in REGIONS for o in bad)
