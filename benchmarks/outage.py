@@ -1,7 +1,7 @@
 """An outage on a wall-clock timer: how long until every region is current again, regional next to stock Spark
 restarted by a supervisor, in the same run (issue 45).
 
-    python -m benchmarks.outage [--regions 8] [--rate 1000] [--outage 60] [--warmup 15] [--some 2] [--repeats 1]
+    python -m benchmarks.outage [--regions 8] [--rate 250] [--outage 60] [--warmup 15] [--some 2] [--repeats 1]
 
 A feeder writes, every second, one text file of ``--rate`` lines into each of ``--regions`` region directories
 (``<region> <tick> <line> <padding>``; written aside, then renamed in). Both pipelines read them with the default
@@ -221,7 +221,7 @@ def run_case(spark, pipeline: str, scope: list[str], regions: list[str], work: P
 
         started = time.time()
         try:
-            supervise(steady, 300)
+            supervise(steady, 180)
         except TimeoutError:
             pass  # it never kept up: the outage starts anyway, and the normal lag below says so
         steady_after = time.time() - started
@@ -347,7 +347,7 @@ def render(args: argparse.Namespace, results: list[dict[str, Any]], elapsed: flo
         f"directories ({every * args.rate:,} lines/s); one Python UDF in both pipelines calls a service that "
         "raises ConnectionError for a region while its flag file exists",
         f"- the outage: a timer, {args.warmup:g} s after the pipeline keeps up (every second's lines up to 3 s ago in "
-        "the table, or 300 s after its start if it never does), creates the flag files of every "
+        "the table, or 180 s after its start if it never does), creates the flag files of every "
         f"region, or of {s} of the {every}, and removes them {args.outage:g} s later, wherever the queries are then "
         "(in an epoch, between a task's attempts, in a back-off)",
         "- regional: `source=files` -> `target=delta` with `deadLetterPath` and every other setting its default "
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.outage", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--regions", type=int, default=8)
-    parser.add_argument("--rate", type=int, default=1000, help="lines per region per second")
+    parser.add_argument("--rate", type=int, default=250, help="lines per region per second")
     parser.add_argument("--outage", type=float, default=60.0, help="seconds the service is down")
     parser.add_argument("--warmup", type=float, default=15.0, help="seconds from keeping up to the outage")
     parser.add_argument("--some", type=int, default=2, help="regions down in the second case")

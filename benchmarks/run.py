@@ -40,7 +40,7 @@ OTHERS = {
     "kafka": (["--records", "200000", "--repeats", "1"], ["--records", "2000000", "--repeats", "2"]),
     "postgres": (["--rows", "100000", "--repeats", "1"], ["--rows", "4000000", "--repeats", "3"]),
     "dead_letters": (["--per-region", "5000"], ["--per-region", "20000"]),
-    "outage": (["--outage", "20", "--rate", "500"], ["--outage", "60", "--rate", "1000"]),
+    "outage": (["--outage", "20"], ["--outage", "60"]),
     "s3": (["--rows-per-file", "10000", "--files-per-region", "2", "--repeats", "1"],
            ["--rows-per-file", "62500", "--files-per-region", "4", "--repeats", "3"]),
     "latency": (["--seconds", "10", "--repeats", "1"], ["--seconds", "40", "--repeats", "3"]),
