@@ -36,7 +36,7 @@ def run_regional_window(spark, inp: Path, d: Path, mode: Mode, fail: bool) -> Sa
                            downMarker=str(marker), maxConsecutiveFailures="1000")
     sampler = Sampler(lambda: healthy_committed(d / "ck"))
     try:
-        wait_until(lambda: healthy_committed(d / "ck") > 0, 120)
+        wait_until(lambda: healthy_committed(d / "ck") > 0, 300)
         if fail:
             marker.touch()
         start = time.perf_counter() - sampler.t0
@@ -73,7 +73,7 @@ def run_stock_window(spark, inp: Path, d: Path, mode: Mode, fail: bool) -> tuple
     restarts = 0
     query = start()
     try:
-        wait_until(lambda: delta_rows(d / "out") > 0, 120)
+        wait_until(lambda: delta_rows(d / "out") > 0, 300)
         if fail:
             Path(marker).touch()
         window_start = time.perf_counter() - sampler.t0
