@@ -189,7 +189,7 @@ def render(args: argparse.Namespace, clean: list[float], stock_poisoned: tuple[f
             f"- {pipeline}, {settings_text(retries)}: the poison record was dead-lettered {took:.1f} s after its "
             f"region first failed ({r['dead_lettered_at']:.1f} s after start()), in {r['region_epochs']} epochs of "
             f"its region: bisection until it stood alone {r['alone_at'] - r['first_failure_at']:.1f} s ("
-            f"{r['aborted']} epochs aborted as outages, every region with work having failed, "
+            f"{r['aborted']} epochs aborted, the poisoned region failing alone with work, "
             f"{r['outage_backoff']:.0f} s of outage back-off after them), then {alone:.1f} s of tries alone. The "
             f"documented bound: {epochs_bound} epochs (1 + ceil(log2 {n:,}) + 2 x (retries + 1) + 1) with "
             f"{waits:.0f} s of retry waits among them, plus those epochs' own time; measured: {took - waits:.1f} s "
