@@ -44,6 +44,32 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(autouse=True)
+def _shared_session_conf_restored(request):
+    """Every test shares one session: what a test (or a docs example it runs) sets in its runtime conf is put
+    back after it, and regional registered again if a ``spark.regional.*`` default changed (docs/options.md's
+    example sets ``spark.regional.maxConsecutiveFailures=5`` and registers, which would hold for every later
+    test in the run)."""
+    if "spark" not in request.fixturenames:
+        yield
+        return
+    import regional
+
+    session = request.getfixturevalue("spark")
+    before = dict(session.conf.getAll)
+    yield
+    after = dict(session.conf.getAll)
+    changed = sorted(k for k in before.keys() | after.keys()
+                     if before.get(k) != after.get(k) and k.startswith(("spark.regional.", "spark.sql.")))
+    for key in changed:
+        if key in before:
+            session.conf.set(key, before[key])
+        else:
+            session.conf.unset(key)
+    if any(k.startswith("spark.regional.") for k in changed):
+        regional.register(session)
+
+
 @pytest.fixture
 def dirs(tmp_path):
     return tmp_path / "in", tmp_path / "out", tmp_path / "ck"
