@@ -296,8 +296,7 @@ class PostgresTarget(RegionalTarget):
         if first is None:
             return None
         attempt = current_attempt()
-        names = first.schema.names
-        columns = [(self.columns or {}).get(n, n) for n in names]
+        columns = self._table_columns(first.schema)
         # Not ``with conn``: its exit would COMMIT, which a prepared (two-phase) transaction refuses.
         conn = self._connect(autocommit=True)
         try:
@@ -337,7 +336,7 @@ class PostgresTarget(RegionalTarget):
         first = next(batches, None)
         if first is None:
             return None
-        columns = [(self.columns or {}).get(n, n) for n in first.schema.names]
+        columns = self._table_columns(first.schema)
         conn = self._connect(autocommit=False)
         try:
             probe = sql.Identifier(f"regional_probe_{uuid.uuid4().hex[:12]}")
@@ -352,6 +351,10 @@ class PostgresTarget(RegionalTarget):
         finally:
             conn.close()  # never committed: the server rolls the transaction back, and drops its table with it
         return None
+
+    def _table_columns(self, schema: pa.Schema) -> list[str]:
+        """The table's column for each of the rows' columns (as open() matched them; else the rows' own names)."""
+        return [(self.columns or {}).get(n, n) for n in schema.names]
 
     def _copy(self, conn: Any, table: Any, columns: list[str], first: pa.RecordBatch,
               batches: Iterator[pa.RecordBatch]) -> int:
