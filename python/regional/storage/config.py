@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -22,7 +23,14 @@ from regional.errors import RegionalConfigError
 from regional.location import Location
 
 STORAGE_CONF_ENV = "REGIONAL_STORAGE_CONF"
-HADOOP_PREFIXES = ("fs.s3a.", "fs.gs.", "fs.azure.")
+# The Hadoop keys regional reads (``_s3``, ``_gcs``, ``_azure``); on S3 also per bucket, ``fs.s3a.bucket.<b>.<key>``.
+# Only these are handed on: Spark's own conf carries other ``fs.s3a.*`` defaults (``vectored.read.*``), and a
+# session holding only those must not replace the settings a process was given.
+S3_KEYS = ("endpoint", "connection.ssl.enabled", "path.style.access", "endpoint.region", "region", "access.key",
+           "secret.key", "session.token", "aws.credentials.provider")
+_S3_KEY = re.compile(r"fs\.s3a\.(?:bucket\.[^.]+(?:\.[^.]+)*?\.)?(?:" + "|".join(re.escape(k) for k in S3_KEYS) + r")")
+GCS_KEYS = ("fs.gs.auth.service.account.json.keyfile",)
+AZURE_KEY_PREFIX = "fs.azure.account.key."
 # object_store's client keys (the rest of a resolved configuration is the store's own).
 CLIENT_KEYS = {"allow_http", "connect_timeout", "timeout", "proxy_url"}
 SECRET_KEYS = {"access_key_id", "secret_access_key", "session_token", "account_key", "service_account_key",
@@ -30,11 +38,12 @@ SECRET_KEYS = {"access_key_id", "secret_access_key", "session_token", "account_k
 
 
 def hadoop_storage_conf(items: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """The object store keys among Spark conf ``items``: ``spark.hadoop.fs.s3a.endpoint`` -> ``fs.s3a.endpoint``."""
+    """The object store keys regional reads among Spark conf ``items``: ``spark.hadoop.fs.s3a.endpoint`` ->
+    ``fs.s3a.endpoint``."""
     found: dict[str, str] = {}
     for key, value in items:
         bare = key[len("spark.hadoop."):] if key.startswith("spark.hadoop.") else key
-        if bare.startswith(HADOOP_PREFIXES):
+        if _S3_KEY.fullmatch(bare) or bare in GCS_KEYS or bare.startswith(AZURE_KEY_PREFIX):
             found[bare] = str(value)
     return found
 
@@ -112,13 +121,13 @@ def _s3(bucket: str, conf: Mapping[str, str]) -> dict[str, str]:
 
 
 def _gcs(conf: Mapping[str, str]) -> dict[str, str]:
-    keyfile = conf.get("fs.gs.auth.service.account.json.keyfile")
+    keyfile = conf.get(GCS_KEYS[0])
     return {"service_account_path": keyfile} if keyfile else {}
 
 
 def _azure(container: str, conf: Mapping[str, str]) -> dict[str, str]:
     account_host = container.partition("@")[2]
-    key = conf.get(f"fs.azure.account.key.{account_host}")
+    key = conf.get(f"{AZURE_KEY_PREFIX}{account_host}")
     return {"account_key": key} if key else {}
 
 
