@@ -267,7 +267,7 @@ def test_a_deleted_topic_fails_the_query_naming_its_regions(spark, kafka, tmp_pa
     ({"subscribe": "no-such-topic"}, "matched no partition"),
     ({"subscribe": "x", "assign": '{"x": [0]}'}, "exactly one of 'subscribe', 'subscribePattern' and 'assign'"),
     ({"subscribe": "x", "startingOffsets": '{"x": {"0": oops}}'}, "startingOffsets"),
-    ({"subscribe": "x", "kafka.auto.offset.reset": "earliest"}, "use startingOffsets"),
+    ({"subscribe": "x", "kafka.auto.offset.reset": "earliest"}, "set startingOffsets"),
 ])
 def test_bad_options_are_clear_errors(spark, kafka, tmp_path, options, message):
     out, ck = tmp_path / "out", tmp_path / "ck"
