@@ -85,7 +85,10 @@ def test_a_failing_region_and_a_poison_record_over_connect_exactly_once(server, 
     # A first client runs 3 epochs (b's target down in epochs 0 and 1) and stops with regional.stop.
     first = client(server, tmp_path, "3", "0,1", poison)
     assert first["jvms"] == [] and first["py4j"] is False, first
-    assert first["exception"] is None and first["stopped_whole"] is True, first
+    assert first["exception"] is None, first
+    # regional.stop ends the run whole, or at once when the only region behind is a's poison record waiting for
+    # its evidence (an epoch after its lone failure, docs/design.md): the next start dead-letters it.
+    assert first["stopped_whole"] or {r for r, s in first["states"].items() if s != "ok"} == {"a"}, first
     status = regional.status(tmp_path / "ck")
     assert all("b" in e.fallen_back for e in status.epochs[:2]), status.epochs
     assert status.epochs[0].fallen_back["b"].ref_epoch == -1
@@ -103,6 +106,7 @@ def test_a_failing_region_and_a_poison_record_over_connect_exactly_once(server, 
     assert dead_letters(tmp_path) == [("a", 4, poison, f"ValueError: poison record {poison}")]
 
 
+@pytest.mark.campaign  # 63 s idle (a venv of its own), keeping CI within its time
 def test_a_client_with_only_pyspark_client_installed_runs_regional_exactly_once(server, client_only_python,
                                                                               tmp_path):
     inputs = add_epoch_of_files(tmp_path / "in", ["a", "b", "c"], "001", ROWS)
@@ -137,6 +141,7 @@ def test_a_client_script_that_ends_without_spark_stop_exits(server, tmp_path):
     assert_exactly_once(tmp_path / "out", {r: list(enumerate(values)) for r, values in inputs.items()})
 
 
+@pytest.mark.campaign  # 81 s idle, keeping CI within its time
 def test_server_sigkilled_mid_run_then_the_query_restarted_from_a_client_exactly_once(server, tmp_path):
     inputs = add_epoch_of_files(tmp_path / "in", ["a", "b", "c"], "001", 30)
     poison = inputs["c"][17]
@@ -194,6 +199,7 @@ def test_a_server_that_names_the_extension_but_lacks_the_jar_is_refused(tmp_path
     assert "the shim did not install itself" in refused and "--jars" in refused
 
 
+@pytest.mark.campaign  # 59 s idle, keeping CI within its time
 def test_the_in_process_connect_server_of_remote_local_runs_regional_exactly_once(tmp_path):
     """``regional.configure(SparkSession.builder.remote("local[2,3]"))``: pyspark starts the Connect server in
     the client's process, with regional's shim and Delta."""

@@ -18,7 +18,10 @@ from pyspark.sql import functions as F
 import regional
 from integration.helpers import add_epoch_of_files, regional_stream
 
-EVIL_REGIONS = ['<script>window.regionalPwned=2', '<img src=x onerror="window.regionalPwned=1">']
+# HTML that would run if a page spliced it in. No '=' in them: source=files refuses a region directory whose name
+# looks like a partition directory (key=value).
+EVIL_REGIONS = ['<script>Object.assign(window,{regionalPwned:2})',
+                '"><svg><script>Object.assign(window,{regionalPwned:1})']
 REGIONS = ["a", "b", *EVIL_REGIONS]
 ROWS = 6
 
