@@ -20,8 +20,9 @@ CAMPAIGN = os.environ.get("REGIONAL_CAMPAIGN") == "1"
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``campaign`` (more kill points of the same crash tests, random kills) run only with
-    REGIONAL_CAMPAIGN=1: the README's test command stays within CI's time, the campaign command runs all."""
+    """Tests marked ``campaign`` (more kill points of the same crash tests, random kills, long outages, replays
+    after kills: the slow ones, each marked with its time) run only with REGIONAL_CAMPAIGN=1: the README's test
+    command stays within CI's time, the campaign command runs all."""
     if CAMPAIGN:
         return
     skip = pytest.mark.skip(reason="a campaign test: run with REGIONAL_CAMPAIGN=1")

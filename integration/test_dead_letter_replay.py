@@ -55,6 +55,7 @@ def letters(dlq: Path) -> list[dict]:
     return sorted(rows, key=lambda r: (r["region"], r["offset"]))
 
 
+@pytest.mark.campaign  # 174 s idle, keeping CI within its time
 def test_replay_after_a_fix_lands_each_record_exactly_once_and_a_second_replay_adds_nothing(spark, tmp_path):
     inp, out = tmp_path / "in", tmp_path / "out"
     dlq, dlq_replay, dlq_again, dlq_last = (tmp_path / n for n in ("dlq", "dlq-replay", "dlq-again", "dlq-last"))

@@ -175,6 +175,7 @@ def check_letters(kafka, dead: str | list[str], topic: str, poison: dict[tuple[s
     return letters
 
 
+@pytest.mark.campaign  # 190 s idle, keeping CI within its time
 def test_sigkill_inside_and_after_the_topics_transaction_then_restart_lands_every_record_once(kafka, tmp_path):
     """Run 1 is SIGKILLed inside the dead letters' transaction (produced, not committed): read_committed sees none.
     Run 2 finishes that epoch from its intent and is SIGKILLed after the transaction, before the target's commit:
@@ -544,6 +545,7 @@ def run_replay(df, out, ck, dead: str, brokers: str, parse) -> None:
         query.stop()
 
 
+@pytest.mark.campaign  # 159 s idle, keeping CI within its time
 def test_kafka_to_a_dead_letter_topic_then_replays_of_it_land_every_record_exactly_once(spark, kafka, tmp_path):
     """Kafka -> Delta with deadLetterTopic: each poison record in the topic once, with its headers, the rest in the
     target once, the producer's credential nowhere in the checkpoint or progress. Then the UDF fixed but for one
@@ -886,6 +888,7 @@ def test_a_topic_replays_marks_outlive_its_groups_offsets_and_a_groups_older_mar
         replay_of(kafka, dead, tmp_path / "ck-d", replayMarksTopic=marks).available(0)
 
 
+@pytest.mark.campaign  # 99 s idle, keeping CI within its time
 def test_a_second_topic_replay_after_the_groups_offsets_expired_lands_nothing_twice(kafka, tmp_path):
     """Issue 45, end to end (real Spark, Trigger.AvailableNow, phase two marking): a replay lands every letter once;
     its group's committed offsets are deleted (as the brokers do 7 days after the group goes empty); a second

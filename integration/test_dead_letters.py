@@ -8,6 +8,7 @@ import math
 import os
 from pathlib import Path
 
+import pytest
 from deltalake import DeltaTable
 from pyspark.sql import functions as F
 
@@ -139,6 +140,7 @@ def test_a_record_that_fails_only_sometimes_is_published_not_dead_lettered(spark
     assert got == sorted((r, o, v.upper()) for r, values in inputs.items() for o, v in enumerate(values))
 
 
+@pytest.mark.campaign  # 285 s loaded, keeping CI within its time
 def test_sigkill_of_the_driver_while_it_dead_letters_then_restart_lands_every_record_once(tmp_path):
     """The query is SIGKILLed twice: once after an epoch's intent holds a dead letter and before it is published,
     then, on restart, while that epoch is finished (the dead letter published, the target not yet). The third

@@ -232,6 +232,7 @@ def test_a_constraint_regional_cannot_evaluate_is_refused_naming_it(spark, tmp_p
     assert not list(out.glob("*.parquet"))
 
 
+@pytest.mark.campaign  # 94 s idle, keeping CI within its time
 def test_char_and_varchar_lengths_are_checked_as_delta_spark_checks_them(spark, tmp_path):
     """delta-spark refuses a CHAR(n)/VARCHAR(n) value longer than n characters (its
     __CHAR_VARCHAR_STRING_LENGTH_CHECK__), trailing spaces included; regional published it. Characters, not bytes:

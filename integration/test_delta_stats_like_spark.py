@@ -147,6 +147,7 @@ def test_stats_equal_delta_sparks_for_every_type_and_prune_its_reads(spark, tmp_
     ])
 
 
+@pytest.mark.campaign  # 149 s loaded, keeping CI within its time
 def test_column_mapping_rename_partitions_and_indexed_columns_changed_between_runs(spark, tmp_path):
     ours, theirs, ck = tmp_path / "ours", tmp_path / "theirs", tmp_path / "ck"
     for table in (ours, theirs):

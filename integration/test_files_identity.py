@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 import shutil
 
+import pytest
+
 import regional
 from integration.helpers import (
     add_file,
@@ -101,6 +103,7 @@ def test_a_region_directory_removed_with_unpublished_records_fails_naming_it_and
     assert sorted(rows) == [("b", o) for o in range(committed)]  # what was published stays, once
 
 
+@pytest.mark.campaign  # 108 s idle, keeping CI within its time
 def test_a_driver_killed_after_the_manifest_was_written_but_before_spark_logged_the_plan(dirs, tmp_path):
     """The manifest gives part-10 its offsets, then the whole query is SIGKILLed before Spark writes offsets/N;
     the restart, with part-0 added too, gives every line one offset and publishes it once, in arrival order."""

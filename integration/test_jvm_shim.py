@@ -82,6 +82,7 @@ def test_a_run_planned_on_an_earlier_runs_settings_stops_before_it_publishes(tmp
     assert Store(str(tmp_path / "ck")).read_write_options() == {"maxDeadLettersPerEpoch": "7"}  # for the next run
 
 
+@pytest.mark.campaign  # 39 s idle, keeping CI within its time
 def test_a_second_run_whose_settings_nobody_records_plans_nothing(tmp_path):
     """The first run's record was taken by its first plan: a second run with no listener and no shim (the
     listener removed) finds no record, and refuses before it plans an epoch, rather
@@ -108,6 +109,7 @@ def run_over_an_earlier_runs_settings(tmp_path, shim_jar: str) -> tuple[dict, st
     return json.loads(found[0].removeprefix("CHILD-RESULT ")), result.stderr
 
 
+@pytest.mark.campaign  # 50 s idle, keeping CI within its time
 def test_checkpoint_location_given_only_on_write_stream(spark, dirs, tmp_path):
     inp, out, ck = dirs
     down = tmp_path / "down"

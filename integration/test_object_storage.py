@@ -290,6 +290,7 @@ def test_everything_on_s3_a_failing_region_a_poison_record_and_a_sigkill(s3, tmp
         assert SECRET_KEY.encode() not in (bucket_storage.read(info.name) or b""), info.name
 
 
+@pytest.mark.campaign  # 143 s idle, keeping CI within its time (it keeps the stores' 503s and a query on S3 killed)
 def test_503s_dropped_connections_and_a_restarted_s3_lose_and_double_nothing(s3, tmp_path, monkeypatch):
     """Everything on S3 behind a proxy that answers 503 (Slow Down) and drops connections, on and off, and the S3
     server restarted once (down 3 s), while the query runs (regional's store, Spark's s3a offset log, delta-rs's

@@ -40,6 +40,7 @@ def service_udf(down_flag: Path, poison: set[str]):
     return call
 
 
+@pytest.mark.campaign  # 168 s idle, keeping CI within its time
 def test_an_outage_of_every_region_dead_letters_nothing_healthy(spark, dirs, tmp_path):
     inp, out, ck = dirs
     dlq, down = tmp_path / "dead-letters", tmp_path / "service-down"
@@ -198,6 +199,7 @@ def test_a_20s_outage_of_two_regions_on_a_timer_dead_letters_only_the_real_poiso
     assert sum(s.dead_letters for s in regional.status(ck).regions.values()) == 2
 
 
+@pytest.mark.campaign  # 56 s idle, keeping CI within its time
 def test_two_poison_records_close_together_in_one_region_are_each_dead_lettered_and_the_query_ends(spark, tmp_path):
     """Issue 45's third failure: b@5, b@9 and c@3 poison in three regions of 20; b@9's probe must not hold b@5 (a
     poison record stays poison). Before issue 45 the query never ended (every epoch aborted, backing off)."""

@@ -296,6 +296,7 @@ def slice_of(region: str, offsets: range) -> Iterator[pa.RecordBatch]:
 SLICE = pa.schema([("region", pa.string()), ("offset", pa.int64()), ("value", pa.string())])
 
 
+@pytest.mark.campaign  # 45 s idle, keeping CI within its time
 def test_a_killed_run_of_a_wiped_checkpoint_leaves_nothing_that_blocks_the_next_query(spark, postgres, tmp_path):
     """A child driver is SIGKILLed after deciding epoch 0 and before publishing it: its three regions' prepared
     transactions hold the primary key's locks on their rows. The checkpoint is wiped and the same query
@@ -436,6 +437,7 @@ def test_two_attempts_of_a_region_both_prepare_only_the_chosen_one_commits(spark
     assert_landed(postgres, table, expected_rows(merge(inputs, more)), ck)
 
 
+@pytest.mark.campaign  # 60 s idle, keeping CI within its time (it keeps test_postgres_like_jdbc's)
 def test_rows_postgres_refuses_are_the_rows_failure_and_a_lock_timeout_is_not(postgres, tmp_path):
     """A CHECK constraint, a NOT NULL column and a value out of a column's range (SQLSTATE classes 23 and 22) raise
     RowsRejected from prepare, after the attempt's transaction is rolled back: nothing stays prepared or locked. A

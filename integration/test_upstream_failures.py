@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from pyspark.sql import functions as F
 
 import regional
@@ -167,6 +168,7 @@ def test_region_timeout_sizes_a_stragglers_next_ranges_to_the_timeout(spark, dir
     assert_exactly_once_in_order(out, expected_rows(inputs))
 
 
+@pytest.mark.campaign  # 49 s idle, keeping CI within its time
 def test_a_quarantined_region_prints_regional_lines_not_stack_traces(tmp_path):
     """A poisoned UDF is a fault regional handles: its retries and quarantine print regional's own lines,
     not Spark's task-abort errors with the Python traceback (sessions built by regional.configure)."""
