@@ -15,12 +15,14 @@ def test_only_the_keys_regional_reads_are_handed_on_and_sparks_own_defaults_are_
     assert hadoop_storage_conf(spark_defaults) == {}
     given = [("spark.hadoop.fs.s3a.endpoint", "http://127.0.0.1:9000"),
              ("spark.hadoop.fs.s3a.bucket.my.bucket.access.key", "k"),
+             ("spark.hadoop.fs.s3a.bucket.a..b.endpoint", "http://h"),  # the location parser takes such names
              ("spark.hadoop.fs.s3a.bucket.my.bucket.vectored.read.min.seek.size", "1"),
              ("spark.hadoop.fs.azure.account.key.acct.blob.core.windows.net", "z"),
              ("spark.hadoop.fs.gs.auth.service.account.json.keyfile", "/key.json"),
              ("spark.hadoop.fs.s3a.secret.key", "s")]
     conf = hadoop_storage_conf(spark_defaults + given)
     assert conf == {"fs.s3a.endpoint": "http://127.0.0.1:9000", "fs.s3a.bucket.my.bucket.access.key": "k",
+                    "fs.s3a.bucket.a..b.endpoint": "http://h",
                     "fs.azure.account.key.acct.blob.core.windows.net": "z",
                     "fs.gs.auth.service.account.json.keyfile": "/key.json", "fs.s3a.secret.key": "s"}
     options = object_store_options(parse_location("path", "s3a://my.bucket/in"), conf)

@@ -1,8 +1,9 @@
 """The one place that resolves how regional reaches an object store: from the settings the user already gives
 Spark (``spark.hadoop.fs.s3a.*``), else the store's default credential chain (environment, instance profile).
 
-``regional.register(spark)`` (``spark.session``) takes the storage keys of the session's conf (``fs.s3a.*``,
-``fs.gs.*``, ``fs.azure.*``) and hands them to every Python process of the query, on the driver and on the
+``regional.register(spark)`` (``spark.session``) takes the storage keys of the session's conf that regional reads
+(``fs.s3a.*`` endpoint, region and credentials, also per bucket; ``fs.gs.*`` and ``fs.azure.*`` keys; see
+``hadoop_storage_conf``) and hands them to every Python process of the query, on the driver and on the
 executors, through ``REGIONAL_STORAGE_CONF`` in ``SparkContext.environment`` (Spark passes it to the Python
 workers it starts, with the data source's code). The keys live in those processes' environments only: they
 are never written to the store, the offset log, a log line or a table's history. ``python -m regional status``
@@ -28,7 +29,7 @@ STORAGE_CONF_ENV = "REGIONAL_STORAGE_CONF"
 # session holding only those must not replace the settings a process was given.
 S3_KEYS = ("endpoint", "connection.ssl.enabled", "path.style.access", "endpoint.region", "region", "access.key",
            "secret.key", "session.token", "aws.credentials.provider")
-_S3_KEY = re.compile(r"fs\.s3a\.(?:bucket\.[^.]+(?:\.[^.]+)*?\.)?(?:" + "|".join(re.escape(k) for k in S3_KEYS) + r")")
+_S3_KEY = re.compile(r"fs\.s3a\.(?:bucket\..+\.)?(?:" + "|".join(re.escape(k) for k in S3_KEYS) + r")", re.S)
 GCS_KEYS = ("fs.gs.auth.service.account.json.keyfile",)
 AZURE_KEY_PREFIX = "fs.azure.account.key."
 # object_store's client keys (the rest of a resolved configuration is the store's own).
