@@ -66,12 +66,14 @@ class StandaloneCluster:
             "--work-dir", str(self.workdir / f"work-{i}"), private=True))
 
     def state(self) -> dict | None:
-        """The master's JSON status page, or None while it does not answer."""
+        """The master's JSON status page, or None while it does not answer with it (while it starts, its web UI
+        has answered ``/json/`` with an HTML page: seen once in a fresh-clone run)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as reply:
-                return json.load(reply)
-        except OSError:
+                found = json.load(reply)
+        except (OSError, ValueError):
             return None
+        return found if isinstance(found, dict) else None
 
     def alive_workers(self) -> list[dict]:
         state = self.state() or {}
