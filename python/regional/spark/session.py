@@ -220,10 +220,11 @@ def stop(query: StreamingQuery, timeout: float = 60.0, checkpoint: str | None = 
                 done = True
                 break
             if latest is not None and _only_retries_behind(latest) and (latest.epoch > asked_after or idle):
-                # A record waiting for its retry (deadLetterRetries) is not planned in the final epoch; the next start
-                # retries it. Waiting out the timeout would change nothing.
-                log.warning("regional: stopping with region(s) %s waiting to retry an isolated record "
-                            "(deadLetterRetries); the next start retries them",
+                # A record waiting to be tried again (it is dead-lettered only after records beside it passed and it
+                # failed again, and after its deadLetterRetries) is not planned in the final epoch; the next start
+                # tries it. Waiting out the timeout would change nothing.
+                log.warning("regional: stopping with region(s) %s waiting to try an isolated record again (the "
+                            "evidence rule, deadLetterRetries); the next start tries them",
                             ", ".join(sorted(r for r, s in latest.regions.items()
                                              if s.failed_alone_at is not None)[:10]))
                 break
