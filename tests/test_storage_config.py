@@ -27,3 +27,26 @@ def test_only_the_keys_regional_reads_are_handed_on_and_sparks_own_defaults_are_
                     "fs.gs.auth.service.account.json.keyfile": "/key.json", "fs.s3a.secret.key": "s"}
     options = object_store_options(parse_location("path", "s3a://my.bucket/in"), conf)
     assert options["access_key_id"] == "k" and options["secret_access_key"] == "s"
+
+
+class _Asked(dict):
+    """A conf that remembers every key a resolver asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: set[str] = set()
+
+    def get(self, key, default=None):  # type: ignore[override]
+        self.asked.add(key)
+        return super().get(key, default)
+
+
+def test_every_key_a_resolver_reads_is_one_that_is_handed_on():
+    """The filter lists the keys by hand beside the resolvers that read them: a key read but not listed would
+    never reach the executors, silently."""
+    for path in ("s3a://my.bucket/in", "gs://bucket-1/in", "abfss://data@acct.dfs.core.windows.net/in"):
+        conf = _Asked()
+        object_store_options(parse_location("path", path), conf)
+        assert conf.asked, path
+        for key in conf.asked:
+            assert hadoop_storage_conf([(f"spark.hadoop.{key}", "v")]) == {key: "v"}, (path, key)

@@ -30,7 +30,7 @@ STORAGE_CONF_ENV = "REGIONAL_STORAGE_CONF"
 S3_KEYS = ("endpoint", "connection.ssl.enabled", "path.style.access", "endpoint.region", "region", "access.key",
            "secret.key", "session.token", "aws.credentials.provider")
 _S3_KEY = re.compile(r"fs\.s3a\.(?:bucket\..+\.)?(?:" + "|".join(re.escape(k) for k in S3_KEYS) + r")", re.S)
-GCS_KEYS = ("fs.gs.auth.service.account.json.keyfile",)
+GCS_KEYFILE = "fs.gs.auth.service.account.json.keyfile"
 AZURE_KEY_PREFIX = "fs.azure.account.key."
 # object_store's client keys (the rest of a resolved configuration is the store's own).
 CLIENT_KEYS = {"allow_http", "connect_timeout", "timeout", "proxy_url"}
@@ -44,7 +44,7 @@ def hadoop_storage_conf(items: Iterable[tuple[str, str]]) -> dict[str, str]:
     found: dict[str, str] = {}
     for key, value in items:
         bare = key[len("spark.hadoop."):] if key.startswith("spark.hadoop.") else key
-        if _S3_KEY.fullmatch(bare) or bare in GCS_KEYS or bare.startswith(AZURE_KEY_PREFIX):
+        if _S3_KEY.fullmatch(bare) or bare == GCS_KEYFILE or bare.startswith(AZURE_KEY_PREFIX):
             found[bare] = str(value)
     return found
 
@@ -122,7 +122,7 @@ def _s3(bucket: str, conf: Mapping[str, str]) -> dict[str, str]:
 
 
 def _gcs(conf: Mapping[str, str]) -> dict[str, str]:
-    keyfile = conf.get(GCS_KEYS[0])
+    keyfile = conf.get(GCS_KEYFILE)
     return {"service_account_path": keyfile} if keyfile else {}
 
 
