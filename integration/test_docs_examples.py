@@ -36,12 +36,7 @@ def test_every_example_is_run_or_says_why_not():
         assert example.marker == "" or example.skip or example.needs, f"unknown marker: {example}"
 
 
-# Pages whose examples never ran to the end under the load they were written in: campaign-only until they have.
-UNPROVEN = {"dead-letters.md", "outages.md", "troubleshooting.md"}
-
-
-@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.campaign) if Path(str(p)).name in UNPROVEN else p
-                                  for p in PAGES])
+@pytest.mark.parametrize("page", PAGES)
 def test_the_examples_of_the_page_run(page, spark, docs_root, request):
     namespace: dict = {"__name__": "docs_" + page.replace("/", "_").removesuffix(".md").replace("-", "_")}
     ran = 0
