@@ -4,14 +4,19 @@ The broker is ``kafka.Kafka`` from the ``org.apache.kafka:kafka_2.13`` jars on M
 are fetched with Maven once, into ``~/.cache/regional/kafka-<version>/lib`` (outside the repository),
 and reused. ``KafkaBroker`` formats a fresh log directory, starts the broker, waits for its port and
 stops it (``stop``/``kill``); ``restart`` keeps the data.
+
+``python -m regional.testing.kafka_broker`` runs one on ``localhost:9092`` until Ctrl-C, for trying the docs'
+Kafka examples on a machine without a broker (topics are created on first use, as Kafka's own default).
 """
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import logging
 import socket
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,11 +42,12 @@ def free_port() -> int:
 class KafkaBroker:
     """One broker (and its own KRaft controller) on 127.0.0.1."""
 
-    def __init__(self, workdir: Path, partitions: int = 1) -> None:
+    def __init__(self, workdir: Path, partitions: int = 1, port: int = 0, auto_create_topics: bool = False) -> None:
+        """``port`` 0: a free one. Tests create their topics (``auto_create_topics`` off): a typo fails."""
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.lib = broker_jars()
-        self.port, self.controller_port = free_port(), free_port()
+        self.port, self.controller_port = port or free_port(), free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.logs = self.workdir / "logs"
         self.properties = self.workdir / "server.properties"
@@ -59,7 +65,7 @@ class KafkaBroker:
             "transaction.state.log.replication.factor=1",
             "transaction.state.log.min.isr=1",
             "group.initial.rebalance.delay.ms=0",
-            "auto.create.topics.enable=false",
+            f"auto.create.topics.enable={str(auto_create_topics).lower()}",
             # retention is checked often, so tests can delete old segments on demand
             "log.retention.check.interval.ms=1000",
             "log.segment.delete.delay.ms=0",
@@ -202,3 +208,38 @@ class KafkaBroker:
                 pass
             time.sleep(0.2)
         raise TimeoutError("Kafka metadata did not settle")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m regional.testing.kafka_broker",
+        description="Run one Kafka broker (KRaft, no Docker) on 127.0.0.1 until Ctrl-C, to try regional's Kafka "
+                    "examples. Its jars are fetched with Maven on first use; its data is removed when it stops.")
+    parser.add_argument("--port", type=int, default=9092, help="the port clients connect to (default 9092)")
+    parser.add_argument("--partitions", type=int, default=2,
+                        help="partitions of a topic created on first use (default 2: two regions)")
+    args = parser.parse_args(argv)
+    try:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", args.port))
+    except OSError:
+        print(f"port {args.port} is in use (another broker?): stop it, or pass --port", flush=True)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="regional-kafka-") as workdir:
+        broker = KafkaBroker(Path(workdir), partitions=args.partitions, port=args.port, auto_create_topics=True)
+        broker.start()
+        print(f"Kafka broker on localhost:{args.port} (bootstrap.servers); topics are created on first use with "
+              f"{args.partitions} partitions. Ctrl-C stops it.", flush=True)
+        process = broker.process
+        assert process is not None
+        try:
+            code = process.wait()
+        except KeyboardInterrupt:
+            broker.stop()
+            return 0
+        print(f"the broker exited with {code}:\n" + (Path(workdir) / "broker.out").read_text()[-3000:], flush=True)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

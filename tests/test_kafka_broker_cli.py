@@ -1,0 +1,21 @@
+"""``python -m regional.testing.kafka_broker`` (the getting-started page's local broker): its refusals. Starting
+one is the integration suite's (every Kafka test starts a ``KafkaBroker``)."""
+
+from __future__ import annotations
+
+import socket
+
+from regional.testing import kafka_broker
+
+
+def test_a_port_in_use_is_refused_before_any_jar_is_fetched(capsys, monkeypatch):
+    def no_fetch(*_args, **_kwargs):
+        raise AssertionError("fetched the broker's jars for a port in use")
+
+    monkeypatch.setattr(kafka_broker, "broker_jars", no_fetch)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert kafka_broker.main(["--port", str(port)]) == 2
+    assert f"port {port} is in use" in capsys.readouterr().out
