@@ -18,4 +18,4 @@ def test_a_port_in_use_is_refused_before_any_jar_is_fetched(capsys, monkeypatch)
         taken.listen()
         port = taken.getsockname()[1]
         assert kafka_broker.main(["--port", str(port)]) == 2
-    assert f"port {port} is in use" in capsys.readouterr().out
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().out

@@ -33,7 +33,7 @@ DEFAULTS: dict[str, str] = {
     "deadLetterTopic": "",
     "maxDeadLettersPerEpoch": "10",
     # A record is dead-lettered after its 5th try, each a minute after the one before: poison reaches the dead letters
-    # in about 4 minutes (docs/design.md, "Poison or outage"), under the shipped 15-minute alert; Kafka Connect's
+    # after 4 minutes of waits plus its isolation's epochs (docs/design.md, "Poison or outage"), under the shipped 15-minute alert; Kafka Connect's
     # errors.retry.delay.max.ms and Flink's exponential-delay max-backoff are a minute too, and Kafka Streams gives
     # a task 5 minutes (task.timeout.ms) before a transient error is fatal.
     "deadLetterRetries": "4",

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import logging
+import signal
 import socket
 import subprocess
 import tempfile
@@ -210,35 +211,64 @@ class KafkaBroker:
         raise TimeoutError("Kafka metadata did not settle")
 
 
+def _port(text: str) -> int:
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is no TCP port (0-65535; 0: any free one)")
+    return port
+
+
+def _stop_on_signal(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt  # a closed terminal (SIGHUP) or a kill (SIGTERM) stops the broker as Ctrl-C does
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m regional.testing.kafka_broker",
         description="Run one Kafka broker (KRaft, no Docker) on 127.0.0.1 until Ctrl-C, to try regional's Kafka "
                     "examples. Its jars are fetched with Maven on first use; its data is removed when it stops.")
-    parser.add_argument("--port", type=int, default=9092, help="the port clients connect to (default 9092)")
+    parser.add_argument("--port", type=_port, default=9092, help="the port clients connect to (default 9092)")
     parser.add_argument("--partitions", type=int, default=2,
                         help="partitions of a topic created on first use (default 2: two regions)")
     args = parser.parse_args(argv)
+    if args.partitions < 1:
+        parser.error("--partitions must be at least 1")
     try:
         with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the broker binds it
             probe.bind(("127.0.0.1", args.port))
-    except OSError:
-        print(f"port {args.port} is in use (another broker?): stop it, or pass --port", flush=True)
+    except OSError as e:
+        print(f"cannot listen on 127.0.0.1:{args.port} ({e.strerror}; another broker?): stop what holds it, "
+              "or pass --port and use that port in the examples' bootstrap.servers", flush=True)
         return 2
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _stop_on_signal)
     with tempfile.TemporaryDirectory(prefix="regional-kafka-") as workdir:
         broker = KafkaBroker(Path(workdir), partitions=args.partitions, port=args.port, auto_create_topics=True)
-        broker.start()
-        print(f"Kafka broker on localhost:{args.port} (bootstrap.servers); topics are created on first use with "
+        try:
+            broker.start()
+        except RuntimeError as e:  # its log goes with the directory: show it now
+            print(f"{e}:\n{_tail(Path(workdir) / 'broker.out')}", flush=True)
+            return 1
+        except KeyboardInterrupt:
+            broker.kill()
+            return 130
+        print(f"Kafka broker on localhost:{broker.port} (bootstrap.servers); topics are created on first use with "
               f"{args.partitions} partitions. Ctrl-C stops it.", flush=True)
         process = broker.process
         assert process is not None
         try:
             code = process.wait()
         except KeyboardInterrupt:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
             broker.stop()
             return 0
-        print(f"the broker exited with {code}:\n" + (Path(workdir) / "broker.out").read_text()[-3000:], flush=True)
+        print(f"the broker exited with {code}:\n{_tail(Path(workdir) / 'broker.out')}", flush=True)
         return 1
+
+
+def _tail(path: Path) -> str:
+    return path.read_text(errors="replace")[-3000:] if path.exists() else "(no output)"
 
 
 if __name__ == "__main__":
