@@ -15,7 +15,6 @@ from integration.helpers import (
     expected_rows,
     regional_stream,
     start_to_delta,
-    without_daemon_broken_pipes,
 )
 
 REGIONS = ["a", "b", "c"]
@@ -91,7 +90,7 @@ def test_a_script_that_ends_without_stopping_exits_cleanly(tmp_path):
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert "child done" in result.stdout
-    after = without_daemon_broken_pipes(output.split("child done", 1)[1])
+    after = output.split("child done", 1)[1]  # not one daemon BrokenPipeError either
     for noise in ("Traceback", "Py4J", "py4j", "Connection refused", "Exception"):
         assert noise not in after, f"{noise!r} printed at exit:\n{after[-3000:]}"
 

@@ -119,9 +119,6 @@ def test_a_client_with_only_pyspark_client_installed_runs_regional_exactly_once(
     assert dead_letters(tmp_path) == [("b", 5, poison, f"ValueError: poison record {poison}")]
 
 
-# Campaign-only until it has passed once: its Connect server did not start in time under the load it was written
-# in (proved by hand).
-@pytest.mark.campaign
 def test_a_client_script_that_ends_without_spark_stop_exits(server, tmp_path):
     """regional.register adds a streaming listener, and pyspark's Connect client then runs a listener bus thread
     that is not a daemon: before regional removed its listener at the main thread's end, such a script never
