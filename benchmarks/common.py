@@ -109,11 +109,11 @@ def regional_query(spark, inp: Path, out: Path, ck: Path, per_epoch: int, *, ava
 
 
 def stock_query(spark, inp: Path, out: Path, ck: Path, files_per_batch: int, *, available_now: bool = True,
-                transform: Callable | None = None):
+                transform: Callable | None = None, files: str = "*.txt"):
     from pyspark.sql import functions as F
 
     df = (spark.readStream.format("text").option("maxFilesPerTrigger", str(files_per_batch))
-          .load(str(inp / "*" / "*.txt"))
+          .load(str(inp / "*" / files))
           # Every record starts with its region id. (input_file_name() is empty below a Python UDF.)
           .withColumn("region", F.substring_index("value", " ", 1)))
     df = df.select("region", (transform(df) if transform else F.upper("value")).alias("value"))
