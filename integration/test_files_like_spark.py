@@ -289,8 +289,6 @@ def test_what_is_refused_and_where_its_advice_leads(spark, tmp_path):
     assert sorted(landed(out2)["r"]) == sorted(["a1\na2\n", "directly under path\n", "p1\n", "g1\ng2\n"])
 
 
-# Campaign-only until it has passed once: its second half was never reached under the load it was written in.
-@pytest.mark.campaign
 def test_a_deleted_file_s_advice_followed_loses_and_doubles_nothing(spark, tmp_path):
     """The error after a file deleted with records unpublished: put it back (the query goes on, every record
     once), or a new checkpoint and a new target (every record once there; the old table keeps what it had). Its
