@@ -33,9 +33,9 @@ DEFAULTS: dict[str, str] = {
     "deadLetterTopic": "",
     "maxDeadLettersPerEpoch": "10",
     # A record is dead-lettered after its 5th try, each a minute after the one before: poison reaches the dead letters
-    # after 4 minutes of waits plus its isolation's epochs (docs/design.md, "Poison or outage"), under the shipped 15-minute alert; Kafka Connect's
-    # errors.retry.delay.max.ms and Flink's exponential-delay max-backoff are a minute too, and Kafka Streams gives
-    # a task 5 minutes (task.timeout.ms) before a transient error is fatal.
+    # after 4 minutes of waits plus its isolation's epochs (docs/design.md, "Poison or outage"), under the shipped
+    # 15-minute alert; Kafka Connect's errors.retry.delay.max.ms and Flink's exponential-delay max-backoff are a
+    # minute too, and Kafka Streams gives a task 5 minutes (task.timeout.ms) before a transient error is fatal.
     "deadLetterRetries": "4",
     "deadLetterRetryBackoff": "1m",
 }
