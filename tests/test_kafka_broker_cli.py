@@ -19,3 +19,15 @@ def test_a_port_in_use_is_refused_before_any_jar_is_fetched(capsys, monkeypatch)
         port = taken.getsockname()[1]
         assert kafka_broker.main(["--port", str(port)]) == 2
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().out
+
+
+def test_no_maven_is_one_line_that_says_what_to_install(capsys, monkeypatch):
+    def no_maven(*_args, **_kwargs):
+        raise RuntimeError("the jars of kafka-4.1.1 are fetched with Maven: install Maven (apt-get install maven)")
+
+    monkeypatch.setattr(kafka_broker, "broker_jars", no_maven)
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    assert kafka_broker.main(["--port", str(port)]) == 1
+    assert "cannot set up the broker: the jars of kafka-4.1.1 are fetched with Maven" in capsys.readouterr().out

@@ -244,7 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _stop_on_signal)
     with tempfile.TemporaryDirectory(prefix="regional-kafka-") as workdir:
-        broker = KafkaBroker(Path(workdir), partitions=args.partitions, port=args.port, auto_create_topics=True)
+        try:
+            broker = KafkaBroker(Path(workdir), partitions=args.partitions, port=args.port, auto_create_topics=True)
+        except (RuntimeError, subprocess.CalledProcessError) as e:  # no Maven, no jars, a log directory refused
+            print(f"cannot set up the broker: {e}", flush=True)
+            return 1
         try:
             broker.start()
         except RuntimeError as e:  # its log goes with the directory: show it now
