@@ -3,6 +3,7 @@ one is the integration suite's (every Kafka test starts a ``KafkaBroker``)."""
 
 from __future__ import annotations
 
+import signal
 import socket
 
 from regional.testing import kafka_broker
@@ -29,5 +30,7 @@ def test_no_maven_is_one_line_that_says_what_to_install(capsys, monkeypatch):
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     assert kafka_broker.main(["--port", str(port)]) == 1
+    assert {signum: signal.getsignal(signum) for signum in before} == before  # this process goes on
     assert "cannot set up the broker: the jars of kafka-4.1.1 are fetched with Maven" in capsys.readouterr().out

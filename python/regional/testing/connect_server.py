@@ -14,6 +14,7 @@ from pathlib import Path
 
 from regional.spark.connect import server_command, server_env
 from regional.testing.kafka_broker import free_port
+from regional.testing.processes import log_tail
 
 START_TIMEOUT_S = 120.0
 
@@ -52,7 +53,7 @@ class ConnectServer:
             if self.process.poll() is not None or time.monotonic() > deadline:
                 self.kill()
                 raise RuntimeError(f"the Spark Connect server did not start; its log: {self.log_path}\n"
-                                   + self.log_path.read_text(errors="replace")[-3000:])
+                                   + log_tail(self.log_path))
             time.sleep(0.3)
         return self
 

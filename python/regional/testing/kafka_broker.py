@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from regional.testing import maven
-from regional.testing.processes import kill_group, stop_group
+from regional.testing.processes import kill_group, log_tail, stop_group
 
 log = logging.getLogger("regional.testing.kafka")
 KAFKA_VERSION = "4.1.1"
@@ -100,13 +100,14 @@ class KafkaBroker:
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"the Kafka broker exited with {self.process.returncode}; see "
-                                   f"{self.workdir / 'broker.out'}")
+                raise RuntimeError(f"the Kafka broker exited with {self.process.returncode}; its log "
+                                   f"({self.workdir / 'broker.out'}):\n{log_tail(self.workdir / 'broker.out')}")
             if self._ready():
                 return self
             time.sleep(0.3)
         self.kill()
-        raise RuntimeError(f"the Kafka broker did not answer on {self.bootstrap} within {START_TIMEOUT_S:.0f} s")
+        raise RuntimeError(f"the Kafka broker did not answer on {self.bootstrap} within {START_TIMEOUT_S:.0f} s; its "
+                           f"log:\n{log_tail(self.workdir / 'broker.out')}")
 
     def _client_conf(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap, "logger": log}
@@ -241,24 +242,32 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot listen on 127.0.0.1:{args.port} ({e.strerror}; another broker?): stop what holds it, "
               "or pass --port and use that port in the examples' bootstrap.servers", flush=True)
         return 2
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, _stop_on_signal)
+    handlers = {signal.SIGINT: signal.getsignal(signal.SIGINT)}  # _run ignores a second Ctrl-C
+    handlers.update((signum, signal.signal(signum, _stop_on_signal)) for signum in (signal.SIGTERM, signal.SIGHUP))
+    try:
+        return _run(args.port, args.partitions)
+    finally:  # main() may be called in a process that goes on (a test)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+
+
+def _run(port: int, partitions: int) -> int:
     with tempfile.TemporaryDirectory(prefix="regional-kafka-") as workdir:
         try:
-            broker = KafkaBroker(Path(workdir), partitions=args.partitions, port=args.port, auto_create_topics=True)
+            broker = KafkaBroker(Path(workdir), partitions=partitions, port=port, auto_create_topics=True)
         except (RuntimeError, subprocess.CalledProcessError) as e:  # no Maven, no jars, a log directory refused
             print(f"cannot set up the broker: {e}", flush=True)
             return 1
         try:
             broker.start()
-        except RuntimeError as e:  # its log goes with the directory: show it now
-            print(f"{e}:\n{_tail(Path(workdir) / 'broker.out')}", flush=True)
+        except RuntimeError as e:  # says the log's end: the log goes with the directory
+            print(e, flush=True)
             return 1
         except KeyboardInterrupt:
             broker.kill()
             return 130
         print(f"Kafka broker on localhost:{broker.port} (bootstrap.servers); topics are created on first use with "
-              f"{args.partitions} partitions. Ctrl-C stops it.", flush=True)
+              f"{partitions} partitions. Ctrl-C stops it.", flush=True)
         process = broker.process
         assert process is not None
         try:
@@ -267,12 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
             broker.stop()
             return 0
-        print(f"the broker exited with {code}:\n{_tail(Path(workdir) / 'broker.out')}", flush=True)
+        print(f"the broker exited with {code}:\n{log_tail(Path(workdir) / 'broker.out')}", flush=True)
         return 1
-
-
-def _tail(path: Path) -> str:
-    return path.read_text(errors="replace")[-3000:] if path.exists() else "(no output)"
 
 
 if __name__ == "__main__":

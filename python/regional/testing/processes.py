@@ -68,6 +68,11 @@ def open_files(pid: int | None) -> int:
         return 0
 
 
+def log_tail(path: Path, chars: int = 3000) -> str:
+    """The end of a server's log, for the error that says why it did not start (its directory may go with it)."""
+    return path.read_text(errors="replace")[-chars:] if path.exists() else "(no log)"
+
+
 def kill_group(process: subprocess.Popen[bytes] | None) -> None:
     """SIGKILL a server started in a session of its own (``start_new_session``): its whole process group."""
     if process is not None and process.poll() is None:
