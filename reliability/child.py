@@ -3,7 +3,9 @@
 Usage: python -m reliability.child '<json of Query>'. The campaign SIGKILLs it at random moments.
 
 With ``udf_faults`` the query maps values through a Python UDF that raises on a value starting ``poison``
-(regional isolates it into ``dead_letters``) and sleeps ``slow_s`` on one starting ``slow``. With ``until``
+(regional isolates it into ``dead_letters``) and sleeps ``slow_s`` on one starting ``slow``; with ``outages`` it also
+calls a "service" that is down for a partition while ``<outages>/all`` or ``<outages>/p<partition>`` exists (the
+soak's timers create and remove them; the partition comes from the value, ``<kind>-<partition>-<n>``). With ``until``
 it runs until that file exists (the soak's producer keeps adding input), then publishes what is left and stops.
 """
 
@@ -40,6 +42,7 @@ class Query:
     slow_s: float = 0.0
     dead_letters: str = ""  # deadLetterPath
     until: str = ""  # run until this file exists
+    outages: str = ""  # a directory of flag files: the service is down for every partition or for one
     s3_endpoint: str = ""  # the checkpoint, the table and the dead letters are s3a:// locations on this server
 
     def args(self) -> list[str]:
@@ -63,7 +66,8 @@ def run(q: Query) -> None:
                   .option("startingOffsets", "earliest"))
     df = reader.load()
     value = F.col("value").cast("string")
-    df = df.select("region", "offset", (faulty(q.slow_s)(value) if q.udf_faults else F.upper(value)).alias("value"))
+    mapped = faulty(q.slow_s, q.outages)(value) if q.udf_faults else F.upper(value)
+    df = df.select("region", "offset", mapped.alias("value"))
     writer = (df.writeStream.format("regional").option("checkpointLocation", q.checkpoint)
               .option("keepRegionColumns", "true").option("target", "python:reliability.faults:Flaky")
               .option("inner", TARGETS[q.target]).option("failShare", str(q.fail_share)))
@@ -83,11 +87,16 @@ def run(q: Query) -> None:
     print("child finished", flush=True)
 
 
-def faulty(slow_s: float) -> Any:  # a pyspark UDF
+def faulty(slow_s: float, outages: str = "") -> Any:  # a pyspark UDF
+    import os
+
     from pyspark.sql.functions import udf
 
     @udf("string")
     def transform(value: str) -> str:
+        if outages and (os.path.exists(os.path.join(outages, "all"))
+                        or os.path.exists(os.path.join(outages, "p" + value.split("-")[1]))):
+            raise ConnectionError(f"the service behind partition {value.split('-')[1]} is down")
         if value.startswith("poison"):
             raise ValueError(f"poison record {value}")
         if value.startswith("slow"):

@@ -11,11 +11,12 @@ Three parts:
   random driver kills, half reading the files source and half a Kafka topic
   (``reliability.random_kills``); it starts its own Kafka broker and PostgreSQL server on loopback addresses.
 - ``checks``: the campaign's pytest modules with ``REGIONAL_CAMPAIGN=1`` (the standalone cluster with executor
-  and worker loss, store fuzzing, bad input, two drivers on one checkpoint, every kill point of the crash tests),
+  and worker loss, store fuzzing, bad input, two drivers on one checkpoint, every kill point of the crash tests,
+  outages on timers of every scope up to 5 minutes),
   each test's outcome and time in the report.
 - ``soak``: one query on 64 Kafka partitions for ``--soak-epochs`` epochs under failing targets, poison
-  records, slow records and driver kills, its resources sampled and plotted (``docs/soak.png``), then checked
-  record by record (``reliability.soak``).
+  records, slow records, outages on timers and driver kills, its resources sampled and plotted (``docs/soak.png``),
+  then checked record by record (``reliability.soak``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ TARGETS = ("delta", "python", "postgres", "delta-s3")
 S3_LEASE_TTL_S = "10"  # a killed driver's lease holds up the next start this long (the default is 30 s)
 SOURCES = ("files", "kafka")
 CHECKS = ["integration/test_standalone_cluster.py", "tests/test_store_fuzz.py", "integration/test_bad_input.py",
-          "integration/test_crash_safety.py", "integration/test_postgres_target.py::"
+          "integration/test_crash_safety.py", "integration/test_outages.py", "integration/test_postgres_target.py::"
           "test_sigkill_of_the_driver_at_each_step_of_phase_two_then_a_restart",
           "integration/test_dead_letters.py::"
           "test_sigkill_of_the_driver_while_it_dead_letters_then_restart_lands_every_record_once"]

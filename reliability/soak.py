@@ -9,6 +9,9 @@ Faults, all real:
   dead-letter table (``deadLetterPath``) while the rest of its region goes on;
 - **slow regions**: the same UDF sleeps on values starting ``slow``, holding its region's task (and the epoch)
   back;
+- **outages on timers**: the same UDF calls a "service" that a timer thread takes down and brings back on the
+  wall clock, knowing nothing of epochs: for every partition, or for a few drawn at random, for 5 s to a few
+  minutes. Every record fails while its service is down; none of them is poison, so none may be dead-lettered;
 - **kills**: the driver's process group (driver, JVM) is SIGKILLed at random moments and restarted on the same
   checkpoint.
 
@@ -59,6 +62,13 @@ class SoakPlan:
     slow_s: float = 2.0
     fail_share: float = 0.03  # of (epoch, region) pairs, in the target
     kill_after_s: tuple[float, float] | None = (120.0, 300.0)  # a run is killed this long after it started
+    # An outage starts this long after the previous one ended, lasts this long, and is of every partition with
+    # this chance (else of 1 to outage_some partitions drawn at random). The longest is past the shipped
+    # dead-letter retries (4 failures, backed off from 1 min): only the evidence rule keeps its records out.
+    outage_gap_s: tuple[float, float] | None = (120.0, 300.0)
+    outage_s: tuple[float, float] = (5.0, 300.0)
+    outage_all_share: float = 0.4
+    outage_some: int = 8
     sample_s: float = 5.0
     max_per_region: int = 20
     master: str = "local[2,3]"
@@ -84,6 +94,7 @@ class SoakResult:
     plan: SoakPlan
     samples: list[Sample] = field(default_factory=list)
     kills: list[tuple[float, int]] = field(default_factory=list)  # (t, newest epoch) of each kill
+    outages: list[Outage] = field(default_factory=list)
     produced: Counter[str] = field(default_factory=Counter)  # records by kind: normal, poison, slow
     fallbacks: Counter[str] = field(default_factory=Counter)  # (epoch, region) fall-backs by reason
     target: Report | None = None
@@ -102,6 +113,52 @@ class SoakResult:
     @property
     def ok(self) -> bool:
         return bool(self.target and self.target.ok and self.dead_letters and self.dead_letters.ok)
+
+
+@dataclass(frozen=True)
+class Outage:
+    start: float  # seconds since the soak started
+    end: float
+    partitions: tuple[int, ...] | None  # None: every partition
+
+
+class Outages:
+    """Takes the service down and brings it back on wall-clock timers (``SoakPlan.outage_*``), by creating and
+    removing the flag files the query's UDF looks for (``reliability.child``). Each outage is appended to
+    ``into`` when it ends."""
+
+    def __init__(self, flags: Path, plan: SoakPlan, started: float, into: list[Outage]) -> None:
+        self.flags, self.plan, self.started, self.into = flags, plan, started, into
+        self.rng = random.Random(plan.seed + 2)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="soak-outages", daemon=True)
+
+    def start(self) -> Outages:
+        self.flags.mkdir(parents=True, exist_ok=True)
+        if self.plan.outage_gap_s:
+            self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Ends the outage under way, if any: the service is up for the rest of the soak."""
+        self.done.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    def _run(self) -> None:
+        assert self.plan.outage_gap_s
+        while not self.done.wait(self.rng.uniform(*self.plan.outage_gap_s)):
+            partitions = (None if self.rng.random() < self.plan.outage_all_share else
+                          tuple(sorted(self.rng.sample(range(self.plan.regions),
+                                                       self.rng.randint(1, self.plan.outage_some)))))
+            names = ["all"] if partitions is None else [f"p{p}" for p in partitions]
+            start = time.monotonic() - self.started
+            for name in names:
+                (self.flags / name).touch()
+            self.done.wait(self.rng.uniform(*self.plan.outage_s))
+            for name in names:
+                (self.flags / name).unlink()
+            self.into.append(Outage(start, time.monotonic() - self.started, partitions))
 
 
 class Producer:
@@ -154,12 +211,13 @@ def run_soak(plan: SoakPlan, workdir: Path, broker: Any, say: Callable[[str], No
     query = Query(source="kafka", target="delta", checkpoint=str(workdir / "ck"), input=topic,
                   out=str(workdir / "out"), bootstrap=broker.bootstrap, fail_share=plan.fail_share,
                   max_per_region=plan.max_per_region, master=plan.master, udf_faults=True, slow_s=plan.slow_s,
-                  dead_letters=str(workdir / "dead"), until=str(until))
+                  dead_letters=str(workdir / "dead"), until=str(until), outages=str(workdir / "service-down"))
     result = SoakResult(plan)
     rng = random.Random(plan.seed + 1)
     store = Store(query.checkpoint)
     started = time.monotonic()
     producer = Producer(broker, topic, plan, result.produced).start()
+    outages = Outages(Path(query.outages), plan, started, result.outages).start()
     run = 0
     child = _start(query, workdir, run)
     kill_at = _kill_at(plan, rng)
@@ -186,6 +244,7 @@ def run_soak(plan: SoakPlan, workdir: Path, broker: Any, say: Callable[[str], No
                     f"{sample.driver_rss_mb:.0f} MB, fds {sample.jvm_fds}+{sample.driver_fds}, "
                     f"python processes {sample.python_processes}")
         producer.stop()
+        outages.stop()  # the service is up again: the last run must publish every record that is not poison
         until.touch()  # the driver publishes what is left, then stops
         deadline = time.monotonic() + 1800
         while child.poll() is None:
@@ -197,11 +256,13 @@ def run_soak(plan: SoakPlan, workdir: Path, broker: Any, say: Callable[[str], No
             raise AssertionError(f"the last run failed: see {workdir}/run-{run}.log")
     finally:
         producer.done.set()
+        outages.stop()
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
     result.seconds = time.monotonic() - started
-    say(f"soak: {result.epochs} epochs in {result.seconds / 60:.0f} min, {len(result.kills)} kills; checking")
+    say(f"soak: {result.epochs} epochs in {result.seconds / 60:.0f} min, {len(result.kills)} kills, "
+        f"{len(result.outages)} outages; checking")
     records = broker.records(topic)
     poison = {r: [(o, v) for o, v in rs if v is not None and v.startswith(b"poison")] for r, rs in records.items()}
     rest = {r: [(o, v.decode().upper()) for o, v in rs if v is not None and not v.startswith(b"poison")]
@@ -292,7 +353,8 @@ def plot(result: SoakResult, path: Path) -> None:
     minutes = [s.t / 60 for s in samples]
     fig, axes = plt.subplots(len(METRICS) + 1, 1, figsize=(9, 2.0 * (len(METRICS) + 1)), sharex=True)
     axes[0].plot(minutes, [s.epoch for s in samples], color="black")
-    axes[0].set_title("newest recorded epoch (red: driver SIGKILLed)", fontsize=9, loc="left")
+    axes[0].set_title("newest recorded epoch (red: driver SIGKILLed; grey: service down for every partition, "
+                      "orange: for some)", fontsize=9, loc="left")
     for ax, (title, names, unit) in zip(axes[1:], METRICS, strict=True):
         for name in names:
             ax.plot(minutes, [getattr(s, name) / unit for s in samples], label=name)
@@ -301,6 +363,9 @@ def plot(result: SoakResult, path: Path) -> None:
     for ax in axes:
         for t, _ in result.kills:
             ax.axvline(t / 60, color="red", linewidth=0.6, linestyle=":")
+        for outage in result.outages:
+            ax.axvspan(outage.start / 60, outage.end / 60, color="orange" if outage.partitions else "grey",
+                       alpha=0.2, linewidth=0)
     axes[-1].set_xlabel("minutes")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -315,6 +380,14 @@ def section(result: SoakResult, command: str, image: str) -> list[str]:
              f"{plan.kill_after_s[1] / 60:.0f} min after each start and restarted" if plan.kill_after_s else
              "no kills: one driver runs the whole soak")
     reasons = ", ".join(f"{n} {r}" for r, n in result.fallbacks.most_common()) or "none"
+    outages = (f"the service the UDF calls goes down on a wall-clock timer {plan.outage_gap_s[0]:.0f}-"
+               f"{plan.outage_gap_s[1]:.0f} s after it came back, for {plan.outage_s[0]:.0f}-"
+               f"{plan.outage_s[1]:.0f} s, for every partition ({plan.outage_all_share:.0%} of outages) or for "
+               f"1-{plan.outage_some} partitions drawn at random, whatever the epochs are doing" if plan.outage_gap_s
+               else "no outages")
+    every = [o for o in result.outages if o.partitions is None]
+    some = [o for o in result.outages if o.partitions is not None]
+    longest = max((o.end - o.start for o in result.outages), default=0.0)
     lines = [
         f"Written by `{command}` (seed {plan.seed}, {result.seconds / 60:.0f} min). One query: a Kafka topic of "
         f"{plan.regions} partitions (regions) into Delta, `deadLetterPath` set, `maxRecordsPerRegion="
@@ -323,14 +396,16 @@ def section(result: SoakResult, command: str, image: str) -> list[str]:
         "epoch has tasks for the regions with new input, and every region gets input over time). "
         f"Faults: {plan.fail_share:.0%} of (epoch, region) "
         f"pairs fail in the target; a Python UDF raises on 1 record in {1 / plan.poison_share:.0f} (poison) "
-        f"and sleeps {plan.slow_s:g} s on 1 in {1 / plan.slow_share:.0f} (slow regions); {kills}. "
+        f"and sleeps {plan.slow_s:g} s on 1 in {1 / plan.slow_share:.0f} (slow regions); {outages}; {kills}. "
         f"Resources sampled every {plan.sample_s:g} s; at the end the producer stops and the last run publishes "
         "what is left.",
         "",
-        "| epochs | minutes | kills | records | poison | slow | fall-backs (epoch, region) by reason "
+        "| epochs | minutes | kills | outages: every partition / some (longest) | records | poison | slow "
+        "| fall-backs (epoch, region) by reason "
         "| target: every other record once, in order | dead-letter table: every poison record once |",
-        "|---|---|---|---|---|---|---|---|---|",
-        f"| {result.epochs} | {result.seconds / 60:.0f} | {len(result.kills)} | {sum(result.produced.values())} | "
+        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| {result.epochs} | {result.seconds / 60:.0f} | {len(result.kills)} | {len(every)} / {len(some)} "
+        f"({longest:.0f} s) | {sum(result.produced.values())} | "
         f"{result.produced['poison']} | {result.produced['slow']} | {reasons} | "
         f"{result.target.summary() if result.target else 'not checked'} | "
         f"{result.dead_letters.summary() if result.dead_letters else 'not checked'} |",
