@@ -28,7 +28,7 @@ from pathlib import Path
 import pyspark
 
 import regional
-from benchmarks.common import KAFKA_PACKAGE, delta_rows
+from benchmarks.common import KAFKA_PACKAGE, cpu_by_process, cpu_per_million, delta_rows
 from benchmarks.sections import Run, markers, write_section
 from regional.testing.kafka_broker import KafkaBroker
 
@@ -112,8 +112,8 @@ def regional_run(spark, broker: KafkaBroker, topic: str, work: Path, partitions:
     return Run("regional", elapsed, want)
 
 
-def render(args: argparse.Namespace, free: dict[str, Run], faulty: dict[str, Run], healthy_share: float,
-           elapsed: float) -> str:
+def render(args: argparse.Namespace, free: dict[str, Run], runs: list[Run], faulty: dict[str, Run],
+           healthy_share: float, elapsed: float, cpu: dict[str, list[dict[str, float]]]) -> str:
     ratio = free["regional"].rate / free["stock"].rate
     healthy_free = free["regional"].rate * healthy_share
     kept = faulty["regional"].rate / healthy_free
@@ -121,7 +121,7 @@ def render(args: argparse.Namespace, free: dict[str, Run], faulty: dict[str, Run
         "| scenario | metric | stock | regional | ratio | goal | met |",
         "| --- | --- | --- | --- | --- | --- | --- |",
         f"| K1. Kafka -> Delta, fault-free | rows/s | {free['stock'].rate:,.0f} | {free['regional'].rate:,.0f} | "
-        f"{ratio:.2f}x | >= 0.9x stock | {'yes' if ratio >= 0.9 else 'no'} |",
+        f"{ratio:.2f}x | >= 1.5x stock (issue 47) | {'yes' if ratio >= 1.5 else 'no'} |",
         f"| K2. one partition's target failing | healthy partitions' rows/s, as a share of fault-free | "
         f"{faulty['stock'].rows:,} rows committed | {faulty['regional'].rate:,.0f} rows/s | {kept:.2f}x | "
         f">= 0.9x fault-free; stock commits nothing | {'yes' if kept >= 0.9 and not faulty['stock'].rows else 'no'} |",
@@ -142,7 +142,10 @@ def render(args: argparse.Namespace, free: dict[str, Run], faulty: dict[str, Run
         *rows,
         "",
         "- K1: every run's rows/s: " + "; ".join(f"{r.pipeline} {r.rate:,.0f} ({r.seconds:.1f} s)"
-                                                  for r in free["all"]),  # type: ignore[union-attr]
+                                                  for r in runs),
+        "- K1: CPU seconds per million rows, by process (median over the runs after the first pair, from /proc; "
+        "the broker serves both): " + "; ".join(f"{name}: {cpu_per_million(runs, args.records)}"
+                                                for name, runs in cpu.items()),
         f"- K2: healthy partitions fault-free: {healthy_free:,.0f} rows/s (their share of the best fault-free "
         f"regional run); with partition {FAIL_PARTITION}'s target down: {faulty['regional'].rows:,} rows in "
         f"{faulty['regional'].seconds:.1f} s. Stock: the batch holding partition {FAIL_PARTITION} fails, the "
@@ -174,9 +177,15 @@ def main(argv: list[str] | None = None) -> int:
         regional.register(spark)
         spark.sparkContext.setLogLevel("OFF")
         runs: list[Run] = []
+        cpu: dict[str, list[dict[str, float]]] = {"stock": [], "regional": []}  # CPU s by process, per run
+        assert broker.process is not None
         for i in range(args.repeats):
             for name, fn in (("stock", stock), ("regional", regional_run)):
+                before = cpu_by_process(broker.process.pid)
                 run = fn(spark, broker, topic, work / f"{name}-{i}")
+                after = cpu_by_process(broker.process.pid)
+                if i or args.repeats == 1:  # the first pair warms the JVM and the Python workers up
+                    cpu[name].append({k: v - before[k] for k, v in after.items()})
                 assert run.rows == args.records, f"{name} wrote {run.rows} of {args.records} rows"
                 runs.append(run)
                 print(f"fault-free {name}: {run.rate:,.0f} rows/s ({run.seconds:.1f} s)", flush=True)
@@ -192,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
     healthy_share = (args.partitions - 1) / args.partitions
-    section = render(args, {**best, "all": runs}, faulty, healthy_share, time.perf_counter() - began)  # type: ignore[dict-item]
+    section = render(args, best, runs, faulty, healthy_share, time.perf_counter() - began, cpu)
     write_section(Path(args.out), "kafka", section)
     return 0
 
