@@ -7,7 +7,7 @@ import platform
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,7 +57,7 @@ class Row:
     notes: list[str] = field(default_factory=list)
 
 
-def spread(values: list[float], fmt: str = "{:,.0f}") -> str:
+def spread(values: Sequence[float], fmt: str = "{:,.0f}") -> str:
     """min / median / max over repeats."""
     if len(values) == 1:
         return fmt.format(values[0])

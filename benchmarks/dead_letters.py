@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pyspark
 
@@ -171,7 +172,8 @@ def render(args: argparse.Namespace, clean: list[float], stock_poisoned: tuple[f
     topic = min(regional_topic, key=lambda r: r["poisoned"]) if regional_topic else None
     default_retries = int(DEFAULTS["deadLetterRetries"])
     default_backoff = parse_backoff("deadLetterRetryBackoff", DEFAULTS["deadLetterRetryBackoff"])
-    runs = [("regional + deadLetterPath", None, r) for r in regional_poisoned]
+    runs: list[tuple[str, int | None, dict[str, Any]]] = [("regional + deadLetterPath", None, r)
+                                                          for r in regional_poisoned]
     runs += [("regional + deadLetterPath", 0, r) for r in regional_eager or []]
     runs += [("regional + deadLetterTopic", None, r) for r in regional_topic or []]
     rows, checks = [], []

@@ -43,7 +43,9 @@ class FailsAfterWork(DeltaTarget):
         if first is None:
             return None
         staged = super().prepare(epoch, region, chain_first(first, batches))
+        assert staged is not None  # the slice had a batch
         self.abort(epoch, {region: staged})
+        wasted: int = sum(int(file["rows"]) for file in staged["files"])  # a handle lists its files
         with open(Path(self.options["faultdir"]) / "wasted-rows", "a") as f:
-            f.write(f"{sum(int(file['rows']) for file in staged['files'])}\n")  # a handle lists its files
+            f.write(f"{wasted}\n")
         raise TimeoutError(f"region {region} epoch {epoch}: target timed out after the write (benchmark fault)")

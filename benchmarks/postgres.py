@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = regional.local_spark("local[2,4]", "regional-bench-postgres", {"spark.jars.packages": JDBC_PACKAGE})
         regional.register(spark)
         spark.sparkContext.setLogLevel("OFF")
-        footprints = {name: [] for name in PIPELINES}
+        footprints: dict[str, list[Footprint]] = {name: [] for name in PIPELINES}
         for i in range(args.repeats + 1):
             for name, fn in (("stock", stock_run), ("regional", regional_run)):
                 footprint = Footprint()

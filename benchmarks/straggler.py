@@ -21,7 +21,7 @@ def run(spark, work: Path, mode: Mode) -> list[Row]:
     per_row = 0.001  # seconds of work per row; the straggler takes ten times as long
 
     def slow(straggler: bool):
-        @F.pandas_udf("string")
+        @F.pandas_udf("string")  # type: ignore[call-overload]  # pyspark's stubs lack the one-argument form
         def work_udf(region, value):
             cost = sum(per_row * (10 if straggler and r == FAILING else 1) for r in region)
             time.sleep(cost)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -65,16 +66,16 @@ def run(spark, work: Path, mode: Mode) -> list[Row]:
 
     for i in range(mode.repeats + 1):  # run 0 warms the JVM and the Python workers up; it is not counted
         d = work / f"s1-{i}"
-        stock = measured("stock", lambda d=d: timed(
-            lambda: stock_query(spark, inp, d / "stock", d / "stock-ck", files_per_batch)))
-        reg = measured("regional", lambda d=d: timed(
-            lambda: regional_query(spark, inp, d / "reg", d / "reg-ck", per_epoch)))
+        stock = measured("stock", partial(timed, partial(stock_query, spark, inp, d / "stock", d / "stock-ck",
+                                                         files_per_batch)))
+        reg = measured("regional", partial(timed, partial(regional_query, spark, inp, d / "reg", d / "reg-ck",
+                                                          per_epoch)))
         counts = (rows, delta_rows(d / "reg"), delta_rows(d / "stock"))
         assert len(set(counts)) == 1, f"input, regional, stock rows differ: {counts}"
         if i:
             times["stock"].append(stock)
             times["regional"].append(reg)
-            times["pyarrow"].append(measured("pyarrow", lambda d=d: pyarrow_reference(inp, d / "pyarrow")))
+            times["pyarrow"].append(measured("pyarrow", partial(pyarrow_reference, inp, d / "pyarrow")))
         else:
             cpu["stock"].clear()
             cpu["regional"].clear()

@@ -42,7 +42,9 @@ def run(spark, work: Path, mode: Mode, inp: Path, rows: int) -> list[Row]:
         def write_or_fail(region: str, value: str) -> str:
             from pyspark import TaskContext
 
-            batch = int(TaskContext.get().getLocalProperty("streaming.sql.batchId") or -1)
+            context = TaskContext.get()
+            assert context is not None  # a UDF runs in a task
+            batch = int(context.getLocalProperty("streaming.sql.batchId") or -1)
             healed = os.path.exists(f"{marker_dir}/{batch}-{region}")  # noqa: B023 (called within the iteration)
             if transient_failure(batch, region, share) and not healed:
                 raise TimeoutError(f"region {region} batch {batch}: target timed out (benchmark fault)")

@@ -22,6 +22,7 @@ Three parts:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import platform
@@ -92,6 +93,16 @@ def main() -> None:
     else:
         print(f"FAILED: work directory kept in {work}", flush=True)
         sys.exit(1)
+
+
+def revision() -> str:
+    """The commit the campaign runs, and whether the code it runs differs from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    changed = git("status", "--porcelain", "--", "python", "reliability")
+    return f"commit {commit}" + (" with uncommitted changes" if changed else "")
 
 
 def kills(args: argparse.Namespace, command: str, work: Path) -> bool:
@@ -168,9 +179,9 @@ def kills_section(series: list[Series], command: str, seed: int, elapsed: float,
         *([f"The checkpoint (regional's store and Spark's offset log), the Delta table and the files source's input "
            f"on s3proxy 4.1.0 (loopback, s3a:// for Spark, obstore and delta-rs for regional), the lease set to "
            f"{S3_LEASE_TTL_S} s (`REGIONAL_LEASE_TTL_S`). Otherwise as below.", ""] if s3 else []),
-        f"Written by `{command}` on {datetime.date.today().isoformat()} (seed {seed}, {elapsed / 60:.0f} min, "
-        f"the targets' series side by side): {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"pyspark {pyspark.__version__}, regional {regional.__version__}.",
+        f"Written by `{command}` on {datetime.date.today().isoformat()} at {revision()} (seed {seed}, "
+        f"{elapsed / 60:.0f} min, the targets' series side by side): {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, pyspark {pyspark.__version__}, regional {regional.__version__}.",
         "",
         "Each row is one query, SIGKILLed (driver, JVM and Python workers: the whole process group) at random "
         "moments, restarted on the same checkpoint each time with more input, then run to the end. 6 regions, "
@@ -198,7 +209,9 @@ def kills_section(series: list[Series], command: str, seed: int, elapsed: float,
                      f"{sum(t.intent_pending for t in s.trials)} | {epochs} | {records} | {totals['lost']} | "
                      f"{totals['duplicated']} | {totals['out_of_order']} | {totals['wrong']} | {s.seconds / 60:.1f} |")
     lines += ["", "Epochs: recorded before the last run. Kills inside phase two: the kill left an intent (the "
-              "epoch's decision) without its record; the restart finished the epoch as decided.", end]
+              "epoch's decision) without its record; the restart finished the epoch as decided. A kill can be inside "
+              "phase two without being aimed there: one that falls while a restart has not yet finished the "
+              "epoch an earlier kill left.", end]
     return "\n".join(lines)
 
 
@@ -206,8 +219,9 @@ def soak(args: argparse.Namespace, command: str, work: Path) -> bool:
     from regional.testing.kafka_broker import KafkaBroker
     from reliability.soak import SoakPlan, plot, run_soak, section
 
-    plan = SoakPlan(seed=args.seed if args.seed is not None else random.randrange(1 << 30), epochs=args.soak_epochs,
-                    **({"kill_after_s": None} if args.soak_no_kills else {}))
+    plan = SoakPlan(seed=args.seed if args.seed is not None else random.randrange(1 << 30), epochs=args.soak_epochs)
+    if args.soak_no_kills:
+        plan = dataclasses.replace(plan, kill_after_s=None)
     broker = KafkaBroker(work / "soak-kafka").start()
     try:
         result = run_soak(plan, work / "soak", broker, say=lambda line: print(time.strftime("%H:%M:%S"), line,
@@ -219,7 +233,7 @@ def soak(args: argparse.Namespace, command: str, work: Path) -> bool:
     plot(result, args.report.parent / image)  # beside the report it belongs to
     begin, end = markers(name)
     lines = [begin, "## A soak without kills" if args.soak_no_kills else "## A soak", "",
-             f"Run on {datetime.date.today().isoformat()}: {os.cpu_count()} cores, "
+             f"Run on {datetime.date.today().isoformat()} at {revision()}: {os.cpu_count()} cores, "
              f"Python {platform.python_version()}.", "", *section(result, command, image), end]
     write_section(args.report, name, "\n".join(lines))
     return result.ok
@@ -233,7 +247,8 @@ def checks(report: Path, command: str, work: Path) -> bool:
     begin, end = markers("checks")
     modules = ", ".join(f"`{c.split('::')[0]}`" for c in CHECKS)
     lines = [begin, "## The campaign's tests", "",
-             f"Written by `{command}` on {datetime.date.today().isoformat()} ({(time.monotonic() - started) / 60:.0f} "
+             f"Written by `{command}` on {datetime.date.today().isoformat()} at {revision()} "
+             f"({(time.monotonic() - started) / 60:.0f} "
              f"min): `REGIONAL_CAMPAIGN=1 pytest` on {modules} "
              "(some of them only their crash tests).", "",
              "| test | outcome | seconds |", "|---|---|---|"]
