@@ -20,10 +20,12 @@ from __future__ import annotations
 import argparse
 import platform
 import shutil
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pyspark
 
@@ -53,7 +55,20 @@ def produce(broker: KafkaBroker, topic: str, partitions: int, records: int, size
     assert producer.flush(120) == 0
 
 
-def stock(spark, broker: KafkaBroker, topic: str, work: Path, fail: bool = False) -> Run:
+def phases(query: Any, seconds: float) -> dict[str, float]:
+    """Where a run's wall time went, in seconds: Spark's ``durationMs`` summed over the run's micro-batches
+    (latestOffset, queryPlanning, addBatch, walCommit, ...), and ``outside triggers``: the rest of the time from
+    ``start()`` to the end (starting the query, and stopping it)."""
+    spent: dict[str, float] = {}
+    for progress in query.recentProgress:
+        for name, ms in progress.durationMs.items():
+            spent[name] = spent.get(name, 0.0) + ms / 1000
+    spent["outside triggers"] = seconds - spent.get("triggerExecution", 0.0)
+    return spent
+
+
+def stock(spark, broker: KafkaBroker, topic: str, work: Path, fail: bool = False,
+          spent: list[dict[str, float]] | None = None) -> Run:
     out, ck = work / "out", work / "ck"
     df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", broker.bootstrap)
           .option("subscribe", topic).option("startingOffsets", "earliest").load())
@@ -73,11 +88,14 @@ def stock(spark, broker: KafkaBroker, topic: str, work: Path, fail: bool = False
     except Exception:  # the injected fault fails the stock query, as it would in production
         if not fail:
             raise
-    return Run("stock", time.perf_counter() - began, delta_rows(out))
+    seconds = time.perf_counter() - began
+    if spent is not None:
+        spent.append(phases(query, seconds))
+    return Run("stock", seconds, delta_rows(out))
 
 
 def regional_run(spark, broker: KafkaBroker, topic: str, work: Path, partitions: int = 0, records: int = 0,
-                 fail: bool = False) -> Run:
+                 fail: bool = False, spent: list[dict[str, float]] | None = None) -> Run:
     out, ck, marker = work / "out", work / "ck", work / "down"
     df = (spark.readStream.format("regional").option("source", "kafka")
           .option("kafka.bootstrap.servers", broker.bootstrap).option("subscribe", topic)
@@ -88,7 +106,10 @@ def regional_run(spark, broker: KafkaBroker, topic: str, work: Path, partitions:
         began = time.perf_counter()
         query = writer.option("target", "delta").trigger(availableNow=True).start()
         query.awaitTermination()
-        return Run("regional", time.perf_counter() - began, delta_rows(out))
+        seconds = time.perf_counter() - began
+        if spent is not None:
+            spent.append(phases(query, seconds))
+        return Run("regional", seconds, delta_rows(out))
     work.mkdir(parents=True, exist_ok=True)
     marker.touch()
     healthy = {f"{topic}-{p}" for p in range(partitions) if p != FAIL_PARTITION}
@@ -113,7 +134,8 @@ def regional_run(spark, broker: KafkaBroker, topic: str, work: Path, partitions:
 
 
 def render(args: argparse.Namespace, free: dict[str, Run], runs: list[Run], faulty: dict[str, Run],
-           healthy_share: float, elapsed: float, cpu: dict[str, list[dict[str, float]]]) -> str:
+           healthy_share: float, elapsed: float, cpu: dict[str, list[dict[str, float]]],
+           spent: dict[str, list[dict[str, float]]]) -> str:
     ratio = free["regional"].rate / free["stock"].rate
     healthy_free = free["regional"].rate * healthy_share
     kept = faulty["regional"].rate / healthy_free
@@ -143,6 +165,11 @@ def render(args: argparse.Namespace, free: dict[str, Run], runs: list[Run], faul
         "",
         "- K1: every run's rows/s: " + "; ".join(f"{r.pipeline} {r.rate:,.0f} ({r.seconds:.1f} s)"
                                                   for r in runs),
+        "- K1: wall seconds by Spark's phase (`durationMs` summed over the micro-batches, median over the runs after "
+        "the first pair): " + "; ".join(f"{name}: " + ", ".join(
+            f"{phase} {statistics.median(r.get(phase, 0.0) for r in runs):.2f}"
+            for phase in sorted({k for r in runs for k in r})
+            if statistics.median(r.get(phase, 0.0) for r in runs) >= 0.01) for name, runs in spent.items()),
         "- K1: CPU seconds per million rows, by process (median over the runs after the first pair, from /proc; "
         "the broker serves both): " + "; ".join(f"{name}: {cpu_per_million(runs, args.records)}"
                                                 for name, runs in cpu.items()),
@@ -178,14 +205,17 @@ def main(argv: list[str] | None = None) -> int:
         spark.sparkContext.setLogLevel("OFF")
         runs: list[Run] = []
         cpu: dict[str, list[dict[str, float]]] = {"stock": [], "regional": []}  # CPU s by process, per run
+        spent: dict[str, list[dict[str, float]]] = {"stock": [], "regional": []}  # wall s by Spark's phase
         assert broker.process is not None
         for i in range(args.repeats):
             for name, fn in (("stock", stock), ("regional", regional_run)):
                 before = cpu_by_process(broker.process.pid)
-                run = fn(spark, broker, topic, work / f"{name}-{i}")
+                phase_times: list[dict[str, float]] = []
+                run = fn(spark, broker, topic, work / f"{name}-{i}", spent=phase_times)
                 after = cpu_by_process(broker.process.pid)
                 if i or args.repeats == 1:  # the first pair warms the JVM and the Python workers up
                     cpu[name].append({k: v - before[k] for k, v in after.items()})
+                    spent[name] += phase_times
                 assert run.rows == args.records, f"{name} wrote {run.rows} of {args.records} rows"
                 runs.append(run)
                 print(f"fault-free {name}: {run.rate:,.0f} rows/s ({run.seconds:.1f} s)", flush=True)
@@ -201,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         broker.stop()
         shutil.rmtree(work, ignore_errors=True)
     healthy_share = (args.partitions - 1) / args.partitions
-    section = render(args, best, runs, faulty, healthy_share, time.perf_counter() - began, cpu)
+    section = render(args, best, runs, faulty, healthy_share, time.perf_counter() - began, cpu, spent)
     write_section(Path(args.out), "kafka", section)
     return 0
 
