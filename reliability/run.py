@@ -58,8 +58,8 @@ HEADER = """# Reliability
 What the reliability campaign (`python -m reliability.run`, see the README) measured: random kills of the
 driver against each target and source, checked record by record by `regional.testing.exactly_once`, and the
 campaign's tests (a Spark standalone cluster losing executors and a worker, store fuzzing, bad input, two
-drivers on one checkpoint), and a soak of 1,000 epochs under faults and kills with its resources plotted. Each
-section says the command and the run that wrote it.
+drivers on one checkpoint, outages on timers), and a soak under faults, outages on timers and kills with its
+resources plotted. Each section says the command and the run that wrote it.
 """
 
 
