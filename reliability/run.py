@@ -14,9 +14,9 @@ Three parts:
   and worker loss, store fuzzing, bad input, two drivers on one checkpoint, every kill point of the crash tests,
   outages on timers of every scope up to 5 minutes),
   each test's outcome and time in the report.
-- ``soak``: one query on 64 Kafka partitions for ``--soak-epochs`` epochs under failing targets, poison
-  records, slow records, outages on timers and driver kills, its resources sampled and plotted (``docs/soak.png``),
-  then checked record by record (``reliability.soak``).
+- ``soak``: one query on 64 Kafka partitions for ``--soak-epochs`` epochs (or ``--soak-minutes``) under failing
+  targets, poison records, slow records, outages on timers and driver kills, its resources sampled and plotted
+  (``docs/soak.png``), then checked record by record (``reliability.soak``).
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--parallel", type=int, default=3, help="targets whose kills run at once")
     parser.add_argument("--soak-epochs", type=int, default=1000)
+    parser.add_argument("--soak-minutes", type=float, default=None, help="end the soak after this long, if sooner")
     parser.add_argument("--soak-no-kills", action="store_true",
                         help="one driver for the whole soak (section soak-no-kills): resources over one long run")
     parser.add_argument("--report", type=Path, default=ROOT / "RELIABILITY.md")
@@ -219,7 +220,8 @@ def soak(args: argparse.Namespace, command: str, work: Path) -> bool:
     from regional.testing.kafka_broker import KafkaBroker
     from reliability.soak import SoakPlan, plot, run_soak, section
 
-    plan = SoakPlan(seed=args.seed if args.seed is not None else random.randrange(1 << 30), epochs=args.soak_epochs)
+    plan = SoakPlan(seed=args.seed if args.seed is not None else random.randrange(1 << 30), epochs=args.soak_epochs,
+                    minutes=args.soak_minutes)
     if args.soak_no_kills:
         plan = dataclasses.replace(plan, kill_after_s=None)
     broker = KafkaBroker(work / "soak-kafka").start()

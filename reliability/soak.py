@@ -52,6 +52,10 @@ class SoakPlan:
     seed: int
     regions: int = 64
     epochs: int = 1000  # run until the store has recorded this many
+    # ... or for this long, whichever comes first. Under outages and kills an epoch holds every region with input
+    # since the last (a backlog after a restart, regions coming back): epochs grow to 10-20 s, and 1,000 of them
+    # take hours.
+    minutes: float | None = None
     # Each second the producer writes a burst to a few partitions drawn at random: every region gets input
     # over time, and an epoch has tasks for the regions with new input, a few (about 1-2 s per epoch on 2
     # cores). With input in all 64 partitions at once an epoch takes 6-12 s: 1,000 of them would take hours.
@@ -228,7 +232,7 @@ def run_soak(plan: SoakPlan, workdir: Path, broker: Any, say: Callable[[str], No
             result.samples.append(sample)
             if child.poll() is not None:
                 raise AssertionError(f"the driver ended on its own: see {workdir}/run-{run}.log")
-            if sample.epoch + 1 >= plan.epochs:
+            if sample.epoch + 1 >= plan.epochs or (plan.minutes is not None and sample.t >= plan.minutes * 60):
                 break
             if time.monotonic() >= kill_at:
                 os.killpg(child.pid, signal.SIGKILL)
