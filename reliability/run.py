@@ -1,6 +1,6 @@
 """The reliability campaign, one command; writes its sections of RELIABILITY.md (or ``--report``).
 
-    .venv/bin/python -m reliability.run                       # everything: about 3 hours on 2 cores
+    .venv/bin/python -m reliability.run                       # everything: about 4 hours on 2 cores
     .venv/bin/python -m reliability.run --only kills --trials 4   # a short run of the random kills
     .venv/bin/python -m reliability.run --only soak --soak-epochs 100   # a short soak
 
