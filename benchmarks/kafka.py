@@ -67,6 +67,13 @@ def phases(query: Any, seconds: float) -> dict[str, float]:
     return spent
 
 
+def median_phases(per_run: list[dict[str, float]]) -> str:
+    """Each phase's median over the runs (a run without the phase counts 0), those of 10 ms or more."""
+    medians = {phase: statistics.median(r.get(phase, 0.0) for r in per_run)
+               for phase in sorted({k for r in per_run for k in r})}
+    return ", ".join(f"{phase} {seconds:.2f}" for phase, seconds in medians.items() if seconds >= 0.01)
+
+
 def stock(spark, broker: KafkaBroker, topic: str, work: Path, fail: bool = False,
           spent: list[dict[str, float]] | None = None) -> Run:
     out, ck = work / "out", work / "ck"
@@ -166,13 +173,10 @@ def render(args: argparse.Namespace, free: dict[str, Run], runs: list[Run], faul
         "- K1: every run's rows/s: " + "; ".join(f"{r.pipeline} {r.rate:,.0f} ({r.seconds:.1f} s)"
                                                   for r in runs),
         "- K1: wall seconds by Spark's phase (`durationMs` summed over the micro-batches, median over the runs after "
-        "the first pair): " + "; ".join(f"{name}: " + ", ".join(
-            f"{phase} {statistics.median(r.get(phase, 0.0) for r in runs):.2f}"
-            for phase in sorted({k for r in runs for k in r})
-            if statistics.median(r.get(phase, 0.0) for r in runs) >= 0.01) for name, runs in spent.items()),
+        "the first pair): " + "; ".join(f"{name}: {median_phases(per_run)}" for name, per_run in spent.items()),
         "- K1: CPU seconds per million rows, by process (median over the runs after the first pair, from /proc; "
-        "the broker serves both): " + "; ".join(f"{name}: {cpu_per_million(runs, args.records)}"
-                                                for name, runs in cpu.items()),
+        "the broker serves both): " + "; ".join(f"{name}: {cpu_per_million(per_run, args.records)}"
+                                                for name, per_run in cpu.items()),
         f"- K2: healthy partitions fault-free: {healthy_free:,.0f} rows/s (their share of the best fault-free "
         f"regional run); with partition {FAIL_PARTITION}'s target down: {faulty['regional'].rows:,} rows in "
         f"{faulty['regional'].seconds:.1f} s. Stock: the batch holding partition {FAIL_PARTITION} fails, the "

@@ -94,9 +94,10 @@ def faulty(slow_s: float, outages: str = "") -> Any:  # a pyspark UDF
 
     @udf("string")
     def transform(value: str) -> str:
-        if outages and (os.path.exists(os.path.join(outages, "all"))
-                        or os.path.exists(os.path.join(outages, "p" + value.split("-")[1]))):
-            raise ConnectionError(f"the service behind partition {value.split('-')[1]} is down")
+        if outages:
+            partition = value.split("-")[1]
+            if os.path.exists(os.path.join(outages, "all")) or os.path.exists(os.path.join(outages, "p" + partition)):
+                raise ConnectionError(f"the service behind partition {partition} is down")
         if value.startswith("poison"):
             raise ValueError(f"poison record {value}")
         if value.startswith("slow"):

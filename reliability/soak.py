@@ -136,6 +136,7 @@ class Outages:
         self.rng = random.Random(plan.seed + 2)
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, name="soak-outages", daemon=True)
+        self.error: BaseException | None = None
 
     def start(self) -> Outages:
         self.flags.mkdir(parents=True, exist_ok=True)
@@ -148,8 +149,16 @@ class Outages:
         self.done.set()
         if self.thread.is_alive():
             self.thread.join()
+        if self.error is not None:
+            raise RuntimeError("the soak's outage timer failed") from self.error
 
     def _run(self) -> None:
+        try:
+            self._outages()
+        except BaseException as e:  # reported by stop()
+            self.error = e
+
+    def _outages(self) -> None:
         assert self.plan.outage_gap_s
         while not self.done.wait(self.rng.uniform(*self.plan.outage_gap_s)):
             partitions = (None if self.rng.random() < self.plan.outage_all_share else
@@ -260,7 +269,7 @@ def run_soak(plan: SoakPlan, workdir: Path, broker: Any, say: Callable[[str], No
             raise AssertionError(f"the last run failed: see {workdir}/run-{run}.log")
     finally:
         producer.done.set()
-        outages.stop()
+        outages.done.set()
         if child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
