@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import os
 import platform
 import random
@@ -82,6 +83,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     if not args.report.exists():
         args.report.write_text(HEADER)
+    revision()
     ok = True
     if "kills" in args.only:
         ok &= kills(args, command, work)
@@ -96,13 +98,15 @@ def main() -> None:
         sys.exit(1)
 
 
+@functools.cache  # main() calls it first, so every section names what the campaign started on
 def revision() -> str:
-    """The commit the campaign runs, and whether the code it runs differs from it."""
+    """The commit the campaign runs, and whether the tree it runs differs from it (anything tracked or new but the
+    files the campaign itself writes)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    changed = git("status", "--porcelain", "--", "python", "reliability")
+    changed = git("status", "--porcelain", "--", ".", ":!RELIABILITY.md", ":!docs/soak*.png")
     return f"commit {commit}" + (" with uncommitted changes" if changed else "")
 
 

@@ -1,4 +1,4 @@
-"""The soak: one regional query on a 64-partition Kafka topic for at least 1,000 epochs under random faults,
+"""The soak: one regional query on a 64-partition Kafka topic for 1,000 epochs (or ``minutes``) under random faults,
 its resources sampled all along, then every record checked.
 
 Faults, all real:
@@ -67,8 +67,8 @@ class SoakPlan:
     fail_share: float = 0.03  # of (epoch, region) pairs, in the target
     kill_after_s: tuple[float, float] | None = (120.0, 300.0)  # a run is killed this long after it started
     # An outage starts this long after the previous one ended, lasts this long, and is of every partition with
-    # this chance (else of 1 to outage_some partitions drawn at random). The longest is past the shipped
-    # dead-letter retries (4 failures, backed off from 1 min): only the evidence rule keeps its records out.
+    # this chance (else of 1 to outage_some partitions drawn at random). The longest can outlast the shipped
+    # dead-letter retries (4 failures, backed off from 1 min): then only the evidence rule keeps its records out.
     outage_gap_s: tuple[float, float] | None = (120.0, 300.0)
     outage_s: tuple[float, float] = (5.0, 300.0)
     outage_all_share: float = 0.4
@@ -394,8 +394,8 @@ def section(result: SoakResult, command: str, image: str) -> list[str]:
              "no kills: one driver runs the whole soak")
     reasons = ", ".join(f"{n} {r}" for r, n in result.fallbacks.most_common()) or "none"
     outages = (f"the service the UDF calls goes down on a wall-clock timer {plan.outage_gap_s[0]:.0f}-"
-               f"{plan.outage_gap_s[1]:.0f} s after it came back, for {plan.outage_s[0]:.0f}-"
-               f"{plan.outage_s[1]:.0f} s, for every partition ({plan.outage_all_share:.0%} of outages) or for "
+               f"{plan.outage_gap_s[1]:.0f} s after the soak starts or it came back, for {plan.outage_s[0]:.0f}-"
+               f"{plan.outage_s[1]:.0f} s, for every partition (a {plan.outage_all_share:.0%} chance) or for "
                f"1-{plan.outage_some} partitions drawn at random, whatever the epochs are doing" if plan.outage_gap_s
                else "no outages")
     every = [o for o in result.outages if o.partitions is None]
