@@ -226,3 +226,32 @@ def test_the_consumer_pool_keeps_a_few_idle_consumers_by_configuration(monkeypat
         d, _ = off.take(conf("d"))
         off.give_back(conf("d"), d, reusable=True)
         assert off.take(conf("d"))[1] is False
+
+
+def test_a_batch_holds_each_records_key_value_and_time_as_fetched():
+    """Keys and values go to Arrow joined, not one by one: nulls, empty values and every timestamp kind survive."""
+    import pyarrow as pa
+    from confluent_kafka import Message
+
+    from regional.inputs.kafka.reading import SCHEMA, PartitionSplit, _binary, _Rows
+
+    fetched = [
+        (b"k0", b"v0", (1, 1_700_000_000_123)), (None, b"", (2, 5)), (b"", None, (0, -1)), (None, None, (1, 0)),
+        (b"\x00\xff", b"x" * 1000, (1, 7)),
+    ]
+    messages = [Message(topic="orders", partition=2, offset=10 + i, key=k, value=v, timestamp=t)
+                for i, (k, v, t) in enumerate(fetched)]
+    rows = _Rows("orders-2", PartitionSplit("orders", 2), headers=False)
+    rows.add(messages[:2], [10, 11])
+    rows.add(messages[2:], [12, 13, 14])
+    batch = rows.batch(SCHEMA)
+    batch.validate(full=True)
+    assert batch.column("key").to_pylist() == [k for k, _, _ in fetched]
+    assert batch.column("value").to_pylist() == [v for _, v, _ in fetched]
+    assert batch.column("offset").to_pylist() == [10, 11, 12, 13, 14]
+    assert batch.column("timestampType").to_pylist() == [0, 1, -1, 0, 0]
+    micros = [None if kind == 0 else ms * 1000 for _, _, (kind, ms) in fetched]
+    assert batch.column("timestamp").cast(pa.int64()).to_pylist() == micros
+    assert len(rows) == 0  # the next batch starts empty
+    for items in ([], [None, None], [b"a", None, b""], [b"", b""]):
+        assert _binary(list(items)).equals(pa.array(items, pa.binary()))

