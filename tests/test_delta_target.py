@@ -204,3 +204,32 @@ def test_a_partitioned_table_gets_one_file_per_partition_value_without_the_colum
     import pyarrow.parquet as pq
     for f in handle["files"]:
         assert pq.read_schema(tmp_path / "t" / f["name"]).names == ["value"]
+
+
+def test_each_file_dictionary_encodes_only_the_columns_whose_values_repeat(tmp_path):
+    """Ids, times and payloads are written plain, repeated values with a dictionary; every value reads back as
+    written, and a file with a nested column keeps pyarrow's default."""
+    import pyarrow.parquet as pq
+
+    n = 3000
+    t = target(tmp_path)
+    data = pa.record_batch({
+        "id": pa.array(range(n), pa.int64()), "payload": [b"p%06d" % i for i in range(n)],
+        "country": [["fr", "de", "it"][i % 3] for i in range(n)], "empty": pa.nulls(n, pa.string()),
+        "mostly_one": [None if i % 2 else "x" for i in range(n)]})
+    t.commit(1, {"a": t.prepare(1, "a", iter([data.slice(0, 1200), data.slice(1200)]))}, None)
+    table = DeltaTable(str(tmp_path / "t"))
+    assert table.to_pyarrow_table().sort_by("id").to_batches()[0].equals(data)
+    (file,) = table.file_uris()
+    meta = pq.ParquetFile(file).metadata
+    dictionary = {meta.schema.column(i).name for i in range(meta.num_columns)
+                  if any("DICTIONARY" in e for e in meta.row_group(0).column(i).encodings)}
+    assert dictionary == {"country", "empty", "mostly_one"}
+
+    nested = pa.record_batch({"id": pa.array(range(n), pa.int64()), "tags": [[i] for i in range(n)]})
+    t2 = load_target({"target": "delta", "path": str(tmp_path / "n"), "queryid": QUERY})
+    t2.commit(1, {"a": t2.prepare(1, "a", iter([nested]))}, None)
+    (file,) = DeltaTable(str(tmp_path / "n")).file_uris()
+    meta = pq.ParquetFile(file).metadata
+    assert all(any("DICTIONARY" in e for e in meta.row_group(0).column(i).encodings)
+               for i in range(meta.num_columns))

@@ -34,12 +34,10 @@ column names and field ids. A table with none of these costs the tasks nothing m
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import os
 import re
 import time
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,6 +56,7 @@ from regional.storage.config import delta_options
 from regional.targets.base import EpochReport, Target, chain_first, reason_class, require_query_id
 from regional.targets.delta.features import Rules, table_rules
 from regional.targets.delta.rows import RowRules
+from regional.targets.delta.staged import StagedFile
 from regional.targets.delta.stats import FileStats, Spec, table_spec
 
 # Where regional staged files before it wrote them into the table (until 2026-11): an interrupted epoch of then
@@ -160,7 +159,7 @@ class DeltaTarget(Target[dict[str, Any] | None]):
         logical_file = pa.schema([f for i, f in enumerate(schema) if i not in parts], schema.metadata)
         file_schema = rules.file_schema(logical_file) if rules is not None else logical_file
         # partition values -> the files holding them (the last one open; more than one with maxRecordsPerFile)
-        staged: dict[tuple[str | None, ...], list[_StagedFile]] = {}
+        staged: dict[tuple[str | None, ...], list[StagedFile]] = {}
         prefix = f"part-{self.query_id}-e{epoch:08d}-{encode_region(region)}"
         try:
             for batch in chain_first(first, batches):
@@ -175,8 +174,8 @@ class DeltaTarget(Target[dict[str, Any] | None]):
                         if not outs or (self.max_records and outs[-1].rows >= self.max_records):
                             if outs:
                                 outs[-1].close()
-                            outs.append(_StagedFile(self.storage, prefix, file_schema, self.compression,
-                                                    FileStats(self.stats_spec, file_schema)))
+                            outs.append(StagedFile(self.storage, prefix, file_schema, self.compression,
+                                                   FileStats(self.stats_spec, file_schema)))
                         room = self.max_records - outs[-1].rows if self.max_records else data.num_rows
                         outs[-1].write(data.slice(0, room))
                         data = data.slice(room)
@@ -491,40 +490,6 @@ def _describe(schema: pa.Schema) -> str:
 
 def _arrow_schema(table: Any) -> pa.Schema:
     return pa.schema(table.schema().to_arrow())
-
-
-class _StagedFile:
-    """One parquet file a task writes into the table's location: one per partition value of a partitioned table,
-    else one per slice. It exists, whole, once closed; a discarded one never appears."""
-
-    def __init__(self, storage: Storage, prefix: str, schema: pa.Schema, compression: str = "snappy",
-                 stats: FileStats | None = None) -> None:
-        self.name = f"{prefix}-{uuid.uuid4().hex[:12]}.parquet"
-        self.storage = storage
-        self.stats = stats if stats is not None else FileStats(None, schema)  # of exactly the rows written
-        self.rows = 0
-        self.size = 0
-        self.closed = False
-        self._file = storage.open_writer(self.name)
-        self._writer = pq.ParquetWriter(self._file, schema, compression=compression)
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        self._writer.write_batch(batch)
-        self.stats.add(batch)
-        self.rows += batch.num_rows
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self._writer.close()  # the parquet footer; the file object stays open
-        self.size = self._file.tell()
-        self._file.close()
-
-    def discard(self) -> None:
-        with contextlib.suppress(Exception):  # the footer, into the file that is then dropped unfinished
-            self._writer.close()
-        self.storage.discard(self._file)
 
 
 def _by_partition(batch: pa.RecordBatch, parts: list[int]) -> Iterator[tuple[tuple[str | None, ...], pa.RecordBatch]]:
