@@ -208,7 +208,7 @@ def test_a_partitioned_table_gets_one_file_per_partition_value_without_the_colum
 
 def test_each_file_dictionary_encodes_only_the_columns_whose_values_repeat(tmp_path):
     """Ids, times and payloads are written plain, repeated values with a dictionary; every value reads back as
-    written, and a file with a nested column keeps pyarrow's default."""
+    written. A file with a nested column, or whose first rows are too few to tell, keeps pyarrow's default."""
     import pyarrow.parquet as pq
 
     n = 3000
@@ -227,9 +227,10 @@ def test_each_file_dictionary_encodes_only_the_columns_whose_values_repeat(tmp_p
     assert dictionary == {"country", "empty", "mostly_one"}
 
     nested = pa.record_batch({"id": pa.array(range(n), pa.int64()), "tags": [[i] for i in range(n)]})
-    t2 = load_target({"target": "delta", "path": str(tmp_path / "n"), "queryid": QUERY})
-    t2.commit(1, {"a": t2.prepare(1, "a", iter([nested]))}, None)
-    (file,) = DeltaTable(str(tmp_path / "n")).file_uris()
-    meta = pq.ParquetFile(file).metadata
-    assert all(any("DICTIONARY" in e for e in meta.row_group(0).column(i).encodings)
-               for i in range(meta.num_columns))
+    for name, slices in (("nested", [nested]), ("small-first", [data.slice(0, 999), data.slice(999)])):
+        t2 = load_target({"target": "delta", "path": str(tmp_path / name), "queryid": QUERY})
+        t2.commit(1, {"a": t2.prepare(1, "a", iter(slices))}, None)
+        (file,) = DeltaTable(str(tmp_path / name)).file_uris()
+        meta = pq.ParquetFile(file).metadata
+        assert all(any("DICTIONARY" in e for e in meta.row_group(0).column(i).encodings)
+                   for i in range(meta.num_columns)), name

@@ -62,9 +62,10 @@ def _dictionary_columns(first: pa.RecordBatch) -> bool | list[str]:
     """The columns a file dictionary-encodes: those whose values repeat among its first rows. A column of mostly
     distinct values (ids, times, payloads) fills the dictionary to its page limit, then falls back to plain
     encoding anyway, after hashing every value on the way: 39% of the Parquet time of benchmark K1's files
-    (measured), and larger files. Files with nested or dictionary-typed columns keep pyarrow's default (all)."""
-    if first.num_rows < 2 or any(pa.types.is_nested(f.type) or pa.types.is_dictionary(f.type)
-                                 for f in first.schema):
+    (measured), and larger files. A file whose first rows are too few to tell, or with nested or dictionary-typed
+    columns, keeps pyarrow's default (every column)."""
+    if first.num_rows < DICTIONARY_SAMPLE_ROWS or any(pa.types.is_nested(f.type) or pa.types.is_dictionary(f.type)
+                                                      for f in first.schema):
         return True
     sample = first.slice(0, DICTIONARY_SAMPLE_ROWS)
     return [name for name, column in zip(sample.schema.names, sample.columns, strict=True)
