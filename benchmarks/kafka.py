@@ -2,7 +2,7 @@
 
     python -m benchmarks.kafka [--records 2000000] [--partitions 16] [--size 200] [--repeats 2]
 
-One real broker (KRaft, loopback), one topic, one SparkSession (``local[2,4]``) holding both pipelines.
+One real broker (KRaft, loopback), one topic, one SparkSession (``local[2,4]``) holding every pipeline.
 
 - Fault-free: each pipeline reads the whole topic from earliest with Trigger.AvailableNow into a new
   Delta table; rows/s is records / wall time from ``start()`` to the end. Repeated, in turn; the
@@ -197,7 +197,7 @@ def render(args: argparse.Namespace, free: dict[str, Run], runs: list[Run], faul
         "- K1: wall seconds by Spark's phase (`durationMs` summed over the micro-batches, median over the runs after "
         "the first round): " + "; ".join(f"{name}: {median_phases(per_run)}" for name, per_run in spent.items()),
         "- K1: CPU seconds per million rows, by process (median over the runs after the first round, from /proc; "
-        "the broker serves both): " + "; ".join(f"{name}: {cpu_per_million(per_run, args.records)}"
+        "the broker serves them all): " + "; ".join(f"{name}: {cpu_per_million(per_run, args.records)}"
                                                 for name, per_run in cpu.items()),
         f"- K2: healthy partitions fault-free: {healthy_free:,.0f} rows/s (their share of the best fault-free "
         f"regional run); with partition {FAIL_PARTITION}'s target down: {faulty['regional'].rows:,} rows in "

@@ -69,4 +69,13 @@ def _dictionary_columns(first: pa.RecordBatch) -> bool | list[str]:
         return True
     sample = first.slice(0, DICTIONARY_SAMPLE_ROWS)
     return [name for name, column in zip(sample.schema.names, sample.columns, strict=True)
-            if pc.count_distinct(column, mode="all").as_py() * 2 <= sample.num_rows]
+            if _repeats(column, sample.num_rows)]
+
+
+def _repeats(column: pa.Array, rows: int) -> bool:
+    """Whether at most half of ``column``'s values differ; a type Arrow cannot count (null, views, extension
+    types: a Spark NullType column is Arrow's null) keeps its dictionary, as every column did before."""
+    try:
+        return bool(pc.count_distinct(column, mode="all").as_py() * 2 <= rows)
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return True
