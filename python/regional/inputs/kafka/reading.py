@@ -177,7 +177,7 @@ def _binary(items: list[bytes | None]) -> pa.Array:
     column with nulls, or one past binary's 2 GiB of offsets, goes through ``pa.array``."""
     n = len(items)
     if n == 0 or None in items:
-        return pa.nulls(n, pa.binary()) if n and items.count(None) == n else pa.array(items, pa.binary())
+        return pa.array(items, pa.binary())
     present = cast("list[bytes]", items)
     lengths = np.fromiter(map(len, present), dtype=np.int64, count=n)
     ends = np.cumsum(lengths)
