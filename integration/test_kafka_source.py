@@ -391,3 +391,48 @@ def test_a_pooled_consumer_with_stale_metadata_is_replaced_within_the_read(kafka
     created = CONSUMERS.created
     assert values(0, 5) == [f"new-0-{i}" for i in range(5)]
     assert CONSUMERS.created == created + 1  # the pooled one was replaced
+
+
+def test_records_of_any_size_are_read_in_batches_of_bounded_bytes(kafka, monkeypatch):
+    """10,000 records of 256 KB made one 2.5 GB batch, which Arrow could not build: the query failed every epoch
+    where Spark's Kafka source reads them (found with 9,000 such records). A task cuts its batches by bytes, and
+    after its first lot asks librdkafka for about a batch's bytes' worth of records, not 10,000."""
+    import random
+
+    import confluent_kafka
+
+    from regional.inputs.kafka import CONSUMERS, create, region_of
+
+    CONSUMERS.close()
+    asked: list[int] = []
+
+    class Counting(confluent_kafka.Consumer):
+        def consume(self, num_messages: int = 1, timeout: float = -1):  # type: ignore[override]
+            asked.append(num_messages)
+            return super().consume(num_messages, timeout)
+
+    topic = new_topic(kafka, 1)
+    rng = random.Random(47)
+    sizes = [rng.choice([0, 1, 100, 2_000, 9_000, 30_000]) for _ in range(1_500)]
+    producer = kafka.producer()
+    for i, size in enumerate(sizes):
+        producer.produce(topic, key=None if i % 4 else f"k{i}".encode(),
+                         value=None if size == 0 else (b"%06d" % i) * (size // 6 + 1), partition=0)
+    assert producer.flush(30) == 0
+    monkeypatch.setattr(confluent_kafka, "Consumer", Counting)
+    source = create({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic})
+    source.batch_bytes = 100_000
+    region = region_of(topic, 0)
+    batches = list(source.read(region, 0, len(sizes), source.split(region, 0, len(sizes))))
+    read: list[tuple[int, bytes | None, bytes | None]] = []
+    for batch in batches:
+        keys, values = batch.column("key").to_pylist(), batch.column("value").to_pylist()
+        weight = sum(len(x) for x in keys + values if x is not None)
+        assert weight <= 100_000 or batch.num_rows == 1, (weight, batch.num_rows)
+        read += zip(batch.column("offset").to_pylist(), keys, values, strict=True)
+    assert [o for o, _, _ in read] == list(range(len(sizes)))
+    for offset, key, value in read:
+        assert key == (None if offset % 4 else f"k{offset}".encode())
+        assert value == (None if sizes[offset] == 0 else (b"%06d" % offset) * (sizes[offset] // 6 + 1))
+    assert len(batches) >= sum(len(v or b"") for _, _, v in read) // 100_000
+    assert asked[0] <= 1_000 and max(asked[1:]) < 1_000, asked  # about 100,000 bytes of ~7 KB records per lot

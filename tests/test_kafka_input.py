@@ -242,8 +242,8 @@ def test_a_batch_holds_each_records_key_value_and_time_as_fetched():
     messages = [Message(topic="orders", partition=2, offset=10 + i, key=k, value=v, timestamp=t)
                 for i, (k, v, t) in enumerate(fetched)]
     rows = _Rows("orders-2", PartitionSplit("orders", 2), headers=False)
-    rows.add(messages[:2], [10, 11])
-    rows.add(messages[2:], [12, 13, 14])
+    assert not list(rows.add(messages[:2], [10, 11], SCHEMA))
+    assert not list(rows.add(messages[2:], [12, 13, 14], SCHEMA))
     batch = rows.batch(SCHEMA)
     batch.validate(full=True)
     assert batch.column("key").to_pylist() == [k for k, _, _ in fetched]
@@ -255,3 +255,39 @@ def test_a_batch_holds_each_records_key_value_and_time_as_fetched():
     assert len(rows) == 0  # the next batch starts empty
     for items in ([], [None, None], [b"a", None, b""], [b"", b""]):
         assert _binary(list(items)).equals(pa.array(items, pa.binary()))
+
+
+@pytest.mark.parametrize(("headers", "cut"), [
+    (False, [[0, 1], [2, 3, 4], [5], [6, 7, 8], [9], [10], [11]]),
+    (True, [[0, 1], [2, 3], [4], [5], [6], [7, 8], [9], [10], [11]]),  # 4 bytes of header value each
+])
+def test_a_batch_holds_at_most_its_bytes_and_a_larger_record_alone(headers, cut):
+    """10,000 Kafka records of 1 MB were one 10 GB batch, and past 2 GiB of values the batch failed to build
+    (a region that failed every epoch). A lot is cut where the batch's bytes are full; nothing is lost or moved."""
+    from confluent_kafka import Message
+
+    from regional.inputs.kafka.reading import SCHEMA, SCHEMA_WITH_HEADERS, PartitionSplit, _Rows
+
+    schema = SCHEMA_WITH_HEADERS if headers else SCHEMA
+    sizes = [10, 10, 50, 5, 0, 200, 30, 30, 1, 60, 61, 7]
+    messages = [Message(topic="t", partition=0, offset=i, key=b"k" if i % 3 == 0 else None,
+                        value=None if size == 0 else bytes([65 + i]) * size, timestamp=(1, i),
+                        headers=[("h", b"x" * 4), ("n", None)] if headers else None)
+                for i, size in enumerate(sizes)]
+    weight = [(1 if i % 3 == 0 else 0) + size + (4 if headers else 0) for i, size in enumerate(sizes)]
+    rows = _Rows("t-0", PartitionSplit("t", 0), headers=headers, batch_bytes=64)
+    assert rows.lot_size(10_000) == 1_000  # sizes unknown: a small first lot
+    batches = list(rows.add(messages[:3], [0, 1, 2], schema))  # 10+10+50: the third does not fit
+    batches += list(rows.add(messages[3:], list(range(3, len(sizes))), schema))
+    batches.append(rows.batch(schema))
+    assert [b.column("offset").to_pylist() for b in batches] == cut
+    for batch in batches:
+        offsets = batch.column("offset").to_pylist()
+        assert sum(weight[o] for o in offsets) <= 64 or len(offsets) == 1
+        assert batch.column("value").to_pylist() == [messages[o].value() for o in offsets]
+        assert batch.column("key").to_pylist() == [messages[o].key() for o in offsets]
+        if headers:
+            assert batch.column("headers").to_pylist() == [
+                [{"key": "h", "value": b"xxxx"}, {"key": "n", "value": None}]] * len(offsets)
+    # after a lot, a lot is a batch's bytes' worth by the records seen: 64 bytes at about 40 bytes a record
+    assert rows.lot_size(10_000) == 64 * len(sizes) // sum(weight)

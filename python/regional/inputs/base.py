@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from regional.store import Store
 
 BATCH_ROWS = 10_000
+# A batch's bytes, for inputs whose records vary in size (Kafka's up to the broker's message size): 10,000 records
+# of 1 MB would be one 10 GB batch, and a column past 2 GiB cannot be one Arrow array at all.
+BATCH_BYTES = 64 << 20
 
 
 Split = TypeVar("Split")  # what a task needs to read one range, made on the driver (picklable)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
-from regional.inputs.base import BATCH_ROWS, AcknowledgingInput, RegionInput, RetainedInput, StoredInput
+from regional.inputs.base import BATCH_BYTES, BATCH_ROWS, AcknowledgingInput, RegionInput, RetainedInput, StoredInput
 from regional.inputs.kafka.options import EARLIEST, LATEST, OPTIONS, Starting, parse_assign, parse_starting
 from regional.inputs.kafka.reading import (
     CONSUMERS,
@@ -73,6 +73,7 @@ def region_of(topic: str, partition: int) -> str:
 class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, AcknowledgingInput):
     schema_ddl: str
     schema: pa.Schema
+    batch_bytes = BATCH_BYTES  # a task's batches hold at most this many bytes of keys, values and headers
 
     def __init__(self, options: Mapping[str, str]) -> None:
         try:
@@ -505,7 +506,7 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
         finished = False
         try:
             consumer.assign([TopicPartition(split.topic, split.partition, start)])
-            rows = _Rows(region, split, self.include_headers)
+            rows = _Rows(region, split, self.include_headers, self.batch_bytes)
             deadline = time.monotonic() + self.poll_timeout_s
             silent_since: float | None = None
             done = start >= end
@@ -513,7 +514,7 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
                 # librdkafka's consume() returns when it has num_messages or at the timeout: ask for no more than
                 # the range can still hold, or every task waits out the timeout at its range's end (0.5 s each).
                 left = end - (start if rows.next_offset is None else rows.next_offset)
-                messages = consumer.consume(num_messages=max(min(batch_rows - len(rows), left), 1), timeout=0.2)
+                messages = consumer.consume(num_messages=rows.lot_size(min(batch_rows - len(rows), left)), timeout=0.2)
                 if messages:
                     deadline = time.monotonic() + self.poll_timeout_s
                     silent_since = None
@@ -557,7 +558,7 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
                     if offsets[-1] >= end - 1:  # the range ends in this lot: keep what is below end
                         cut = bisect.bisect_left(offsets, end)
                         records, offsets, done = records[:cut], offsets[:cut], True
-                    rows.add(records, offsets)
+                    yield from rows.add(records, offsets, self.schema)
                 if len(rows) >= batch_rows or (done and len(rows)):
                     yield rows.batch(self.schema)
                 if not done and time.monotonic() > deadline:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from regional.errors import RegionalError
+from regional.inputs.base import BATCH_BYTES
 from regional.switches import switched_on
 
 log = logging.getLogger("regional.kafka")
@@ -37,6 +38,7 @@ SCHEMA_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIG
 SCHEMA_WITH_HEADERS_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
                            "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, region STRING")
 
+FIRST_LOT = 1_000  # records asked for before their size is known (then: a batch's bytes' worth)
 FETCH_WAIT_MS = "10"  # fetch.wait.max.ms of the tasks' consumers, unless kafka.fetch.wait.max.ms says otherwise
 STALE_CONSUMER_S = 5.0  # a pooled consumer silent this long within a read is replaced by a new one, once
 
@@ -118,9 +120,11 @@ class _Rows:
     """Columns of one batch, filled from lots of messages. librdkafka hands out one object per message, so
     each column is one comprehension over the lot; timestamps are converted in Arrow, not per row."""
 
-    def __init__(self, region: str, split: PartitionSplit, headers: bool) -> None:
+    def __init__(self, region: str, split: PartitionSplit, headers: bool, batch_bytes: int = BATCH_BYTES) -> None:
         self.region, self.split, self.with_headers = region, split, headers
+        self.batch_bytes = batch_bytes
         self.next_offset: int | None = None
+        self.seen_records = self.seen_bytes = 0  # over the whole read: what a record weighs, for the next lot
         self._clear()
 
     def _clear(self) -> None:
@@ -129,19 +133,60 @@ class _Rows:
         self.values: list[bytes | None] = []
         self.stamps: list[tuple[int, int]] = []
         self.headers: list[Any] = []
+        self.nbytes = 0  # keys', values' and header values' bytes
 
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def add(self, records: list[Any], offsets: list[int]) -> None:
+    def lot_size(self, wanted: int) -> int:
+        """How many records to ask librdkafka for next: ``wanted``, but no more than a batch's bytes by the
+        records read so far (none yet: a few, to learn their size)."""
+        if not self.seen_records:
+            return max(1, min(wanted, FIRST_LOT))
+        return max(1, min(wanted, self.batch_bytes * self.seen_records // max(self.seen_bytes, 1)))
+
+    def add(self, records: list[Any], offsets: list[int], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """Takes a lot of records, yielding a batch each time the rows reach ``batch_bytes`` (a record larger than
+        that is a batch of its own). The rest stays for the next lot, or ``batch()``."""
+        if not records:
+            return
+        keys = [m.key() for m in records]
+        values = [m.value() for m in records]
+        headers = ([[{"key": k, "value": v} for k, v in h] if (h := m.headers()) else None for m in records]
+                   if self.with_headers else None)
+        size = _bytes(keys) + _bytes(values) + (_header_bytes(headers) if headers is not None else 0)
+        self.seen_records += len(records)
+        self.seen_bytes += size
+        if self.nbytes + size <= self.batch_bytes:
+            self._append(records, offsets, keys, values, headers, size)
+            return
+        # Rare (large records): cut the lot where the batch is full.
+        sizes = [_bytes([k, v]) + (_header_bytes([headers[i]]) if headers is not None else 0)
+                 for i, (k, v) in enumerate(zip(keys, values, strict=True))]
+        start = 0
+        while start < len(records):
+            stop, room = start, self.batch_bytes - self.nbytes
+            while stop < len(records) and (sizes[stop] <= room or (stop == start and not self.offsets)):
+                room -= sizes[stop]
+                stop += 1
+            part = slice(start, stop)
+            self._append(records[part], offsets[part], keys[part], values[part],
+                         headers[part] if headers is not None else None, sum(sizes[part]))
+            start = stop
+            if start < len(records) or self.nbytes >= self.batch_bytes:
+                yield self.batch(schema)
+
+    def _append(self, records: list[Any], offsets: list[int], keys: list[bytes | None], values: list[bytes | None],
+                headers: list[Any] | None, size: int) -> None:
         if not records:
             return
         self.offsets += offsets
-        self.keys += [m.key() for m in records]
-        self.values += [m.value() for m in records]
+        self.keys += keys
+        self.values += values
         self.stamps += [m.timestamp() for m in records]
-        if self.with_headers:
-            self.headers += [[{"key": k, "value": v} for k, v in h] if (h := m.headers()) else None for m in records]
+        if headers is not None:
+            self.headers += headers
+        self.nbytes += size
         self.next_offset = offsets[-1] + 1
 
     def batch(self, schema: pa.Schema) -> pa.RecordBatch:
@@ -174,18 +219,26 @@ def _constant(value: Any, type_: pa.DataType, n: int) -> pa.Array:
 def _binary(items: list[bytes | None]) -> pa.Array:
     """A binary column of keys or values. Without nulls its bytes are joined once and handed to Arrow with their
     offsets (about 40% less time than ``pa.array`` copying them one by one, measured on 200-byte values); a
-    column with nulls, or one past binary's 2 GiB of offsets, goes through ``pa.array``."""
+    column with nulls goes through ``pa.array``."""
     n = len(items)
     if n == 0 or None in items:
         return pa.array(items, pa.binary())
     present = cast("list[bytes]", items)
     lengths = np.fromiter(map(len, present), dtype=np.int64, count=n)
     ends = np.cumsum(lengths)
-    if ends[-1] > np.iinfo(np.int32).max:
-        return pa.array(items, pa.binary())
+    if ends[-1] > np.iinfo(np.int32).max:  # never under BATCH_BYTES (a record is below 2 GiB); never wrap offsets
+        raise KafkaError(f"a batch of {n} records holds {ends[-1]:,} bytes of keys or values, past Arrow's 2 GiB")
     offsets = np.zeros(n + 1, dtype=np.int32)
     offsets[1:] = ends
     return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(present))])
+
+
+def _bytes(items: list[bytes | None]) -> int:
+    return sum(map(len, filter(None, items)))  # nulls dropped (and empty values, of no bytes)
+
+
+def _header_bytes(headers: list[Any]) -> int:
+    return sum(len(h["value"]) for record in headers if record for h in record if h["value"] is not None)
 
 
 def _of(message: Any, split: PartitionSplit) -> bool:
