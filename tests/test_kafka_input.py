@@ -259,7 +259,7 @@ def test_a_batch_holds_each_records_key_value_and_time_as_fetched():
 
 @pytest.mark.parametrize(("headers", "cut"), [
     (False, [[0, 1], [2, 3, 4], [5], [6, 7, 8], [9], [10], [11]]),
-    (True, [[0, 1], [2, 3], [4], [5], [6], [7, 8], [9], [10], [11]]),  # 4 bytes of header value each
+    (True, [[0, 1], [2], [3, 4], [5], [6], [7, 8], [9], [10], [11]]),  # 6 bytes of headers each
 ])
 def test_a_batch_holds_at_most_its_bytes_and_a_larger_record_alone(headers, cut):
     """10,000 Kafka records of 1 MB were one 10 GB batch, and past 2 GiB of values the batch failed to build
@@ -274,9 +274,9 @@ def test_a_batch_holds_at_most_its_bytes_and_a_larger_record_alone(headers, cut)
                         value=None if size == 0 else bytes([65 + i]) * size, timestamp=(1, i),
                         headers=[("h", b"x" * 4), ("n", None)] if headers else None)
                 for i, size in enumerate(sizes)]
-    weight = [(1 if i % 3 == 0 else 0) + size + (4 if headers else 0) for i, size in enumerate(sizes)]
+    weight = [(1 if i % 3 == 0 else 0) + size + (6 if headers else 0) for i, size in enumerate(sizes)]
     rows = _Rows("t-0", PartitionSplit("t", 0), headers=headers, batch_bytes=64)
-    assert rows.lot_size(10_000) == 1_000  # sizes unknown: a small first lot
+    assert rows.lot_size(10_000) == 100  # sizes unknown: a small first lot
     batches = list(rows.add(messages[:3], [0, 1, 2], schema))  # 10+10+50: the third does not fit
     batches += list(rows.add(messages[3:], list(range(3, len(sizes))), schema))
     batches.append(rows.batch(schema))
@@ -289,5 +289,44 @@ def test_a_batch_holds_at_most_its_bytes_and_a_larger_record_alone(headers, cut)
         if headers:
             assert batch.column("headers").to_pylist() == [
                 [{"key": "h", "value": b"xxxx"}, {"key": "n", "value": None}]] * len(offsets)
-    # after a lot, a lot is a batch's bytes' worth by the records seen: 64 bytes at about 40 bytes a record
-    assert rows.lot_size(10_000) == 64 * len(sizes) // sum(weight)
+    assert rows.lot_size(10_000) == 1  # a 200-byte record was read: one record at a time fills 64 bytes
+    wider = _Rows("t-0", PartitionSplit("t", 0), headers=headers, batch_bytes=1_000)
+    assert not list(wider.add(messages[:3], [0, 1, 2], schema))
+    largest = 1 + 50 + (6 if headers else 0)  # the largest key plus the largest value (and headers)
+    assert (wider.lot_size(10_000), wider.lot_size(5)) == (1_000 // largest, 5)
+
+
+def test_time_spark_holds_a_batch_is_not_a_wait_for_kafka(monkeypatch):
+    """kafkaConsumer.pollTimeoutMs bounds a task's wait for records; a batch held downstream longer than that
+    failed the read with 'no record arrived' while records were arriving (found by a review)."""
+    import time
+
+    from confluent_kafka import Message
+
+    import regional.inputs.kafka as kafka_input
+    from regional.inputs.kafka.reading import PartitionSplit
+
+    log = [Message(topic="t", partition=0, offset=i, key=None, value=b"x" * 40, timestamp=(1, i)) for i in range(6)]
+
+    class Scripted:  # hands out at most 2 records per consume, as a slow fetch would
+        position = 0
+
+        def assign(self, partitions):
+            self.position = partitions[0].offset
+
+        def consume(self, num_messages=1, timeout=-1):
+            out = log[self.position:self.position + min(num_messages, 2)]
+            self.position += len(out)
+            return out
+
+    monkeypatch.setattr(kafka_input.CONSUMERS, "take", lambda conf, fresh=False: (Scripted(), False))
+    monkeypatch.setattr(kafka_input.CONSUMERS, "give_back", lambda conf, consumer, reusable: None)
+    for batch_bytes, batch_rows in ((64, 10_000), (1 << 20, 1)):  # cut by bytes mid-lot, and by rows
+        source = kafka_input.create({"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "t",
+                                     "kafkaConsumer.pollTimeoutMs": "100"})
+        source.batch_bytes = batch_bytes
+        read = []
+        for batch in source.read("t-0", 0, 6, PartitionSplit("t", 0), batch_rows=batch_rows):
+            read += batch.column("offset").to_pylist()
+            time.sleep(0.15)  # Spark holds the batch longer than pollTimeoutMs
+        assert read == list(range(6))

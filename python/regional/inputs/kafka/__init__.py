@@ -558,9 +558,12 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
                     if offsets[-1] >= end - 1:  # the range ends in this lot: keep what is below end
                         cut = bisect.bisect_left(offsets, end)
                         records, offsets, done = records[:cut], offsets[:cut], True
-                    yield from rows.add(records, offsets, self.schema)
+                    for batch in rows.add(records, offsets, self.schema):
+                        yield batch
+                        deadline = time.monotonic() + self.poll_timeout_s  # Spark held the batch: not Kafka's wait
                 if len(rows) >= batch_rows or (done and len(rows)):
                     yield rows.batch(self.schema)
+                    deadline = time.monotonic() + self.poll_timeout_s
                 if not done and time.monotonic() > deadline:
                     raise KafkaError(
                         f"region {region!r}: no record of [{start}, {end}) arrived for {self.poll_timeout_s:.0f} s "

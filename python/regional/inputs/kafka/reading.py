@@ -38,7 +38,7 @@ SCHEMA_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIG
 SCHEMA_WITH_HEADERS_DDL = ("key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
                            "timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>, region STRING")
 
-FIRST_LOT = 1_000  # records asked for before their size is known (then: a batch's bytes' worth)
+FIRST_LOT = 100  # records asked for before their size is known (then: a batch's bytes' worth at the largest)
 FETCH_WAIT_MS = "10"  # fetch.wait.max.ms of the tasks' consumers, unless kafka.fetch.wait.max.ms says otherwise
 STALE_CONSUMER_S = 5.0  # a pooled consumer silent this long within a read is replaced by a new one, once
 
@@ -124,7 +124,7 @@ class _Rows:
         self.region, self.split, self.with_headers = region, split, headers
         self.batch_bytes = batch_bytes
         self.next_offset: int | None = None
-        self.seen_records = self.seen_bytes = 0  # over the whole read: what a record weighs, for the next lot
+        self.largest = -1  # over the whole read: at least any record's bytes (-1: none read yet)
         self._clear()
 
     def _clear(self) -> None:
@@ -133,21 +133,22 @@ class _Rows:
         self.values: list[bytes | None] = []
         self.stamps: list[tuple[int, int]] = []
         self.headers: list[Any] = []
-        self.nbytes = 0  # keys', values' and header values' bytes
+        self.nbytes = 0  # keys', values' and headers' bytes
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def lot_size(self, wanted: int) -> int:
-        """How many records to ask librdkafka for next: ``wanted``, but no more than a batch's bytes by the
-        records read so far (none yet: a few, to learn their size)."""
-        if not self.seen_records:
+        """How many records to ask librdkafka for next: ``wanted``, but no more than fill a batch at the largest
+        record read so far (none yet: ``FIRST_LOT``, to learn their size)."""
+        if self.largest < 0:
             return max(1, min(wanted, FIRST_LOT))
-        return max(1, min(wanted, self.batch_bytes * self.seen_records // max(self.seen_bytes, 1)))
+        return max(1, min(wanted, self.batch_bytes // max(self.largest, 1)))
 
     def add(self, records: list[Any], offsets: list[int], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        """Takes a lot of records, yielding a batch each time the rows reach ``batch_bytes`` (a record larger than
-        that is a batch of its own). The rest stays for the next lot, or ``batch()``."""
+        """Takes a lot of records, yielding a batch each time the next record would take the rows past
+        ``batch_bytes`` (a record larger than that is a batch of its own). The rest stays for the next lot, or
+        ``batch()``."""
         if not records:
             return
         keys = [m.key() for m in records]
@@ -155,8 +156,10 @@ class _Rows:
         headers = ([[{"key": k, "value": v} for k, v in h] if (h := m.headers()) else None for m in records]
                    if self.with_headers else None)
         size = _bytes(keys) + _bytes(values) + (_header_bytes(headers) if headers is not None else 0)
-        self.seen_records += len(records)
-        self.seen_bytes += size
+        # the largest key plus the largest value (and headers): at least the largest record, found in C
+        self.largest = max(self.largest, max(map(len, filter(None, keys)), default=0)
+                           + max(map(len, filter(None, values)), default=0)
+                           + (max(map(_header_bytes, ([h] for h in headers)), default=0) if headers is not None else 0))
         if self.nbytes + size <= self.batch_bytes:
             self._append(records, offsets, keys, values, headers, size)
             return
@@ -238,7 +241,8 @@ def _bytes(items: list[bytes | None]) -> int:
 
 
 def _header_bytes(headers: list[Any]) -> int:
-    return sum(len(h["value"]) for record in headers if record for h in record if h["value"] is not None)
+    """Header keys' (as UTF-8) and values' bytes."""
+    return sum(len(h["key"].encode()) + len(h["value"] or b"") for record in headers if record for h in record)
 
 
 def _of(message: Any, split: PartitionSplit) -> bool:
