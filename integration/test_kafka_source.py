@@ -60,6 +60,25 @@ def expected(broker: KafkaBroker, topic: str, isolation: str = "read_committed")
     return {r: [(o, v.decode()) for o, v in records] for r, records in broker.records(topic, isolation).items()}
 
 
+def counted_consumes(monkeypatch) -> list[int]:
+    """How many records each ``consume()`` of the tasks' consumers asks for, from now on (the pool emptied: a
+    pooled consumer of an earlier test would not count)."""
+    import confluent_kafka
+
+    from regional.inputs.kafka import CONSUMERS
+
+    CONSUMERS.close()
+    asked: list[int] = []
+
+    class Counting(confluent_kafka.Consumer):
+        def consume(self, num_messages: int = 1, timeout: float = -1):  # type: ignore[override]
+            asked.append(num_messages)
+            return super().consume(num_messages, timeout)
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", Counting)
+    return asked
+
+
 def failure_of(query, timeout: float = 120) -> str:
     """The query must fail, within ``timeout``: its error text."""
     try:
@@ -309,21 +328,11 @@ def test_a_restarted_driver_finds_the_partitions_of_the_epoch_it_re_runs(kafka):
 def test_a_task_asks_librdkafka_for_no_more_records_than_its_range_holds(kafka, monkeypatch):
     """librdkafka's consume() returns when it has num_messages or at its timeout: a task that asked for a whole
     batch waited out the timeout at the end of every range (the soak's 64-partition epochs took 20 s, not 6)."""
-    import confluent_kafka
-
-    from regional.inputs.kafka import CONSUMERS, create, region_of
-
-    CONSUMERS.close()  # a pooled consumer of an earlier test would not count
-    asked: list[int] = []
-
-    class Counting(confluent_kafka.Consumer):
-        def consume(self, num_messages: int = 1, timeout: float = -1):  # type: ignore[override]
-            asked.append(num_messages)
-            return super().consume(num_messages, timeout)
+    from regional.inputs.kafka import create, region_of
 
     topic = new_topic(kafka, 1)
     produce(kafka, topic, 1, 30, "a")
-    monkeypatch.setattr(confluent_kafka, "Consumer", Counting)
+    asked = counted_consumes(monkeypatch)
     source = create({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic})
     region = region_of(topic, 0)
     batches = list(source.read(region, 5, 25, source.split(region, 5, 25), batch_rows=10_000))
@@ -399,17 +408,7 @@ def test_records_of_any_size_are_read_in_batches_of_bounded_bytes(kafka, monkeyp
     after its first lot asks librdkafka for no more records than fill a batch at the largest, not 10,000."""
     import random
 
-    import confluent_kafka
-
-    from regional.inputs.kafka import CONSUMERS, create, region_of
-
-    CONSUMERS.close()
-    asked: list[int] = []
-
-    class Counting(confluent_kafka.Consumer):
-        def consume(self, num_messages: int = 1, timeout: float = -1):  # type: ignore[override]
-            asked.append(num_messages)
-            return super().consume(num_messages, timeout)
+    from regional.inputs.kafka import create, region_of
 
     topic = new_topic(kafka, 1)
     rng = random.Random(47)
@@ -419,7 +418,7 @@ def test_records_of_any_size_are_read_in_batches_of_bounded_bytes(kafka, monkeyp
         producer.produce(topic, key=None if i % 4 else f"k{i}".encode(),
                          value=None if size == 0 else (b"%06d" % i) * (size // 6 + 1), partition=0)
     assert producer.flush(30) == 0
-    monkeypatch.setattr(confluent_kafka, "Consumer", Counting)
+    asked = counted_consumes(monkeypatch)
     source = create({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": topic})
     source.batch_bytes = 100_000
     region = region_of(topic, 0)
