@@ -252,7 +252,7 @@ def test_a_batch_holds_each_records_key_value_and_time_as_fetched():
     assert batch.column("timestampType").to_pylist() == [0, 1, -1, 0, 0]
     micros = [None if kind == 0 else ms * 1000 for _, _, (kind, ms) in fetched]
     assert batch.column("timestamp").cast(pa.int64()).to_pylist() == micros
-    assert len(rows) == 0  # the next batch starts empty
+    assert len(rows) == 0 and rows.batch(SCHEMA).num_rows == 0  # the next batch starts empty
     for items in ([], [None, None], [b"a", None, b""], [b"", b""]):
         assert _binary(list(items)).equals(pa.array(items, pa.binary()))
 

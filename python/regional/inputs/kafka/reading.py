@@ -210,7 +210,8 @@ class _Rows:
         # librdkafka's kinds 0/1/2 are Java's -1 (none), 0 (CreateTime), 1 (LogAppendTime)
         stamps = pc.if_else(pc.equal(kinds, 0), None, pc.multiply(millis, 1000)).cast(pa.timestamp("us", tz="UTC"))
         columns = [
-            _binary(self.keys), _binary(self.values, None if self.null_values else np.concatenate(self.value_sizes)),
+            _binary(self.keys), _binary(self.values, np.concatenate(self.value_sizes)
+                                        if self.value_sizes and not self.null_values else None),
             _constant(self.split.topic, pa.string(), n), _constant(self.split.partition, pa.int32(), n),
             pa.array(self.offsets, pa.int64()), stamps, pc.subtract(kinds, 1),
         ]
@@ -237,8 +238,6 @@ def _binary(items: list[bytes | None], lengths: np.ndarray | None = None) -> pa.
         if n == 0 or None in items:
             return pa.array(items, pa.binary())
         lengths = np.fromiter(map(len, cast("list[bytes]", items)), dtype=np.int64, count=n)
-    elif n == 0:
-        return pa.array([], pa.binary())
     present = cast("list[bytes]", items)
     ends = np.cumsum(lengths)
     if ends[-1] > np.iinfo(np.int32).max:  # never under BATCH_BYTES (a record is below 2 GiB); never wrap offsets
