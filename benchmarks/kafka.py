@@ -166,12 +166,11 @@ def render(args: argparse.Namespace, free: dict[str, Run], runs: list[Run], faul
     tuned_ratio = free[TUNED].rate / free["stock"].rate
     # K2 sets one faulty run against a typical fault-free one: the median of regional's runs after the first round
     # (against the best of them, one noisy faulty run on a shared machine read 0.75x-0.95x)
-    warm = [r.rate for r in runs[len(runs) // args.repeats:] if r.pipeline == "regional"] or [free["regional"].rate]
-    healthy_free = statistics.median(warm) * healthy_share
+    warm = runs[len(runs) // args.repeats:] if args.repeats > 1 else runs
+    medians = {name: statistics.median(r.rate for r in warm if r.pipeline == name) for name in ("stock", "regional")}
+    healthy_free = medians["regional"] * healthy_share
     kept = faulty["regional"].rate / healthy_free
     kept_best = faulty["regional"].rate / (free["regional"].rate * healthy_share)
-    medians = {name: statistics.median(r.rate for r in runs[len(runs) // args.repeats:] if r.pipeline == name)
-               for name in ("stock", "regional")} if args.repeats > 1 else None
     rows = [
         "| scenario | metric | stock | regional | ratio | goal | met |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -206,9 +205,9 @@ def render(args: argparse.Namespace, free: dict[str, Run], runs: list[Run], faul
         "- K1: CPU seconds per million rows, by process (median over the runs after the first round, from /proc; "
         "the broker serves them all): " + "; ".join(f"{name}: {cpu_per_million(per_run, args.records)}"
                                                 for name, per_run in cpu.items()),
-        "- K1 by medians of the runs after the first round: " + (
-            f"stock {medians['stock']:,.0f}, regional {medians['regional']:,.0f} rows/s, "
-            f"{medians['regional'] / medians['stock']:.2f}x" if medians else "one round only") + ".",
+        f"- K1 by medians of the runs after the first round (of every run, with one round): stock "
+        f"{medians['stock']:,.0f}, regional {medians['regional']:,.0f} rows/s, "
+        f"{medians['regional'] / medians['stock']:.2f}x.",
         f"- K2: healthy partitions fault-free: {healthy_free:,.0f} rows/s (their share of the median fault-free "
         f"regional run after the first round; against the best run, {kept_best:.2f}x); with partition "
         f"{FAIL_PARTITION}'s target down: {faulty['regional'].rows:,} rows in "
