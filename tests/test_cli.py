@@ -170,3 +170,28 @@ def test_the_status_snapshot_for_the_spark_ui_and_metrics(tmp_path):
     assert evil[:36] in "".join(picture.itertext()) and "<script>" not in data["timeline_svg"]
     write_snapshot(str(tmp_path))
     assert Store(tmp_path).read_status()["metrics"]["epoch"] == 2
+
+
+def test_status_and_timeline_refuse_a_path_that_is_not_a_regional_checkpoint(tmp_path):
+    """A missing path, a file, Spark's checkpoint of a query that does not write with regional, the store directory
+    given for its checkpoint: one line from regional saying what to do, no traceback, a non-zero exit; never an
+    empty status that reads like a query with no regions."""
+    (tmp_path / "a-file").write_text("x")
+    spark_only = tmp_path / "spark-only"
+    (spark_only / "offsets").mkdir(parents=True)
+    (spark_only / "metadata").write_text('{"id":"x"}')
+    regional_store = tmp_path / "ck"
+    Store(regional_store).open_query()
+    cases = {tmp_path / "missing": "does not exist", tmp_path / "a-file": "is a file, not a directory",
+             spark_only: "is not a regional checkpoint", regional_store / "regional": f"give the checkpoint, "
+                                                                                      f"{regional_store}"}
+    for path, says in cases.items():
+        for command in (["status"], ["status", "--json"], ["timeline", "-o", str(tmp_path / "t.png")]):
+            result = run(*command, str(path))
+            assert result.returncode == 1, (command, path, result.stdout)
+            assert result.stdout == "" and "Traceback" not in result.stderr, (command, path, result.stderr)
+            line, = result.stderr.splitlines()
+            assert line.startswith(f"regional: {path} ") and says in line, (command, line)
+    assert not (tmp_path / "t.png").exists()
+    started = run("status", str(regional_store))  # a regional query before its first epoch: a status, exit 0
+    assert started.returncode == 0 and "a regional query with no epoch decided yet" in started.stdout, started.stderr

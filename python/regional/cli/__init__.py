@@ -51,14 +51,38 @@ def main(argv: list[str] | None = None) -> int:
             from regional.cli.timeline import draw as draw_timeline
             from regional.store.status import status
 
+            regional_checkpoint(args.checkpoint)
             print(f"wrote {draw_timeline(status(args.checkpoint, args.epochs), args.output)}")
         else:
             from regional.cli.status import show as show_status
 
+            regional_checkpoint(args.checkpoint)
             show_status(args.checkpoint, args.json, args.epochs, args.watch)
     except RegionalError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"regional: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0
     return 0
+
+
+def regional_checkpoint(checkpoint: str) -> None:
+    """Fails with what to do unless ``checkpoint`` holds a regional store (a query id or epoch records): a path
+    that does not exist, or the checkpoint of a query that does not write with regional, is not an empty query."""
+    from regional.errors import RegionalConfigError
+    from regional.store import Store
+
+    store = Store(checkpoint)
+    where = store.checkpoint
+    if where.is_local and not where.local_path().is_dir():
+        what = "is a file, not a directory" if where.local_path().exists() else "does not exist"
+        raise RegionalConfigError(f"{where} {what}: give a query's checkpointLocation (the directory its "
+                                  "writeStream was started with)")
+    if store.query_id() is None and not store.epochs():
+        if where.is_local and Store(where.local_path().parent).query_id() is not None:
+            raise RegionalConfigError(f"{where} is the regional store inside a checkpoint: give the checkpoint, "
+                                      f"{where.local_path().parent}")
+        raise RegionalConfigError(
+            f"{where} is not a regional checkpoint: it has no {store.location}/query.json and no epoch records. "
+            "Give the checkpointLocation of a query that writes with format('regional'); a query that started "
+            "a moment ago has them once its first epoch is planned, so try again in a few seconds")

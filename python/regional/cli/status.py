@@ -14,6 +14,9 @@ def render(st: QueryStatus, epochs: bool = True) -> str:
     """The status as text: one line for the query, a table of regions, then the epochs."""
     behind = sum(1 for s in st.regions.values() if s.ref_epoch is not None)
     lags = [lag for r in st.regions if (lag := st.lag(r)) is not None]
+    if st.last_epoch is None:
+        return (f"checkpoint {st.checkpoint}: a regional query with no epoch decided yet: its regions show once "
+                "its first epoch is recorded")
     lines = [f"checkpoint {st.checkpoint}: {len(st.regions)} regions ({behind} behind), epoch "
              f"{st.last_epoch}, {st.regional_epochs} regional epochs, oldest ref_epoch "
              f"{st.oldest_ref_epoch}, max lag {max(lags) if lags else '-'}"]
