@@ -27,6 +27,7 @@ import pyarrow as pa
 
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs.base import BATCH_BYTES, BATCH_ROWS, AcknowledgingInput, RegionInput, RetainedInput, StoredInput
+from regional.inputs.kafka.client_settings import consumer_settings, ignored_by_consumer
 from regional.inputs.kafka.options import EARLIEST, LATEST, OPTIONS, Starting, parse_assign, parse_starting
 from regional.inputs.kafka.reading import (
     CONSUMERS,
@@ -119,8 +120,8 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
         self.offset_retries = parse_optional_int(opts, "fetchOffset.numRetries", minimum=0)
         self.retry_interval_s = parse_int(opts, "fetchOffset.retryIntervalMs", minimum=0, default="500") / 1000
         self.commit_group = opts.get("commitoffsetstogroup") or None
-        self.consumer_conf: dict[str, str] = {k[len("kafka."):]: v for k, v in opts.items()
-                                              if k.startswith("kafka.") and k != "kafka.bootstrap.servers"}
+        # Every kafka.* option reaches the consumers (Java names librdkafka spells differently mapped) or is refused.
+        self.consumer_conf: dict[str, str] = consumer_settings(opts)
         self.consumer_conf.setdefault("isolation.level", "read_uncommitted")  # Spark's (Java's) default
         # A task reads one partition's range start to end: bigger fetches than librdkafka's 1 MB per partition
         # (measured: consume() time down by about a third for 200-byte records).
@@ -159,13 +160,24 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
         return {"bootstrap.servers": self.bootstrap, **self.consumer_conf, "logger": client_log, **extra}
 
     def _check_client_conf(self) -> None:
-        """A kafka.* option librdkafka does not know fails here, at start, naming it."""
+        """A kafka.* option librdkafka does not know, or would ignore in the tasks' consumers, fails here, at start,
+        naming it."""
         from confluent_kafka import KafkaException
 
         try:
             self.admin()
+            ignored = ignored_by_consumer({k: v for k, v in self._read_conf().items() if k != "logger"})
         except (KafkaException, ValueError, TypeError) as exc:
-            raise RegionalConfigError(f"source=kafka: a kafka.* option is not a consumer setting: {exc}") from None
+            raise RegionalConfigError(
+                f"source=kafka: a kafka.* option is not a consumer setting librdkafka knows (the Kafka client regional "
+                f"reads with): {exc} (Spark's Java client spells some settings differently: see regional's "
+                "docs/sources/kafka.md)") from None
+        if ignored:  # librdkafka names the property, not the alias the user may have given: find the option
+            base = {k: v for k, v in self._read_conf().items() if k != "logger" and k not in self.consumer_conf}
+            given = [k for k, v in self.consumer_conf.items() if ignored_by_consumer({**base, k: v})]
+            raise RegionalConfigError(
+                f"source=kafka does not take {', '.join(f'kafka.{k}' for k in given) or 'kafka.' + ignored[0]!r}: "
+                f"librdkafka says its consumer would ignore {ignored[0]} (a producer setting): remove it")
 
     def admin(self) -> Any:
         from confluent_kafka.admin import AdminClient
@@ -487,6 +499,15 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
 
     # -- the task ----------------------------------------------------------------------------------
 
+    def _read_conf(self) -> dict[str, Any]:
+        """The configuration of a task's consumer."""
+        return self._conf(**{
+            "group.id": self.reader_group, "enable.auto.commit": False,
+            "enable.partition.eof": True, "auto.offset.reset": "error",
+            # A consumer that reached the log's end has a fetch waiting at the broker for this long, and a pooled
+            # consumer's next range waited for it (500 ms by default; measured). A task reads records that exist.
+            "fetch.wait.max.ms": self.consumer_conf.get("fetch.wait.max.ms", FETCH_WAIT_MS)})
+
     def read(self, region: str, start: int, end: int, split: Any,
              batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
         """Offsets ``[start, end)`` of one partition, stopping exactly at ``end``. Gaps (transaction markers,
@@ -496,12 +517,7 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
         from confluent_kafka import TopicPartition
 
         assert isinstance(split, PartitionSplit)
-        conf = self._conf(**{
-            "group.id": self.reader_group, "enable.auto.commit": False,
-            "enable.partition.eof": True, "auto.offset.reset": "error",
-            # A consumer that reached the log's end has a fetch waiting at the broker for this long, and a pooled
-            # consumer's next range waited for it (500 ms by default; measured). A task reads records that exist.
-            "fetch.wait.max.ms": self.consumer_conf.get("fetch.wait.max.ms", FETCH_WAIT_MS)})
+        conf = self._read_conf()
         consumer, reused = CONSUMERS.take(conf)
         finished = False
         try:

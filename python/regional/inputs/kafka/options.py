@@ -87,9 +87,15 @@ OPTIONS = OptionTable("source=kafka", [
                                                         "`read_uncommitted` reads aborted ones too, as Spark.",
            stock=True),
     *(Option(key, "", "", refused=why, stock=True) for key, why in REFUSED.items()),
-    Option("kafka.", "", "Any other client setting, to the consumers, in librdkafka's names (most are Java's: "
-                         "`kafka.security.protocol`, `kafka.sasl.mechanism`, ...); one librdkafka does not know is "
-                         "refused at start, naming it.", prefix=True, stock=True),
+    Option("kafka.", "", "Any other consumer setting, to the tasks' consumers, in librdkafka's names (most are "
+                         "Java's: `kafka.security.protocol`, `kafka.sasl.mechanism`, ...; Java's "
+                         "`kafka.fetch.max.wait.ms`, `kafka.send.buffer.bytes` and `kafka.receive.buffer.bytes` are "
+                         "mapped to librdkafka's). Refused at start, naming it and why: a setting librdkafka does not "
+                         "know, a producer setting (`kafka.linger.ms`, `kafka.acks`, ...), `kafka.request.timeout.ms` "
+                         "(a producer setting in librdkafka: use `kafka.socket.timeout.ms`), `kafka.max.poll.records` "
+                         "and group-membership settings (no effect: the consumers never join a group), and the Java "
+                         "names librdkafka lacks (`kafka.ssl.truststore.*`, `kafka.sasl.jaas.config`, ...).",
+           prefix=True, stock=True),
     Option("commitOffsetsToGroup", "", "After each recorded epoch, commit every region's committed offset to this "
                                        "consumer group, so that Kafka's lag tools show regional's progress."),
     Option("metadataTimeoutMs", "30000", "How long the driver waits for the brokers' metadata and offsets."),
