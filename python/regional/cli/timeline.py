@@ -1,7 +1,7 @@
 """``python -m regional timeline <checkpoint> -o timeline.png``: regions x epochs, coloured by outcome,
 with each region's lag beside it. Above ``MAX_ROWS`` regions, neighbouring regions share a row that shows
 the worst outcome among them (committed work paler when few of them had any) and their largest lag. Needs matplotlib
-(``pip install 'regional[timeline]'``)."""
+(``pip install 'pyspark-regional[timeline]'``)."""
 
 from __future__ import annotations
 
@@ -68,7 +68,7 @@ def draw(st: QueryStatus, out: str | Path) -> Path:
         from matplotlib.colors import to_rgb
         from matplotlib.patches import Patch
     except ImportError:
-        raise RegionalConfigError("the timeline needs matplotlib: pip install 'regional[timeline]'") from None
+        raise RegionalConfigError("the timeline needs matplotlib: pip install 'pyspark-regional[timeline]'") from None
     if not st.epochs:
         raise RegionalConfigError(f"{st.checkpoint} has no epoch records yet: nothing to draw")
     labels, epochs, cells, lags, shares, per_row = outcome_grid(st)

@@ -105,7 +105,8 @@ class DeadLetterTopic(Target[str]):
         try:
             import confluent_kafka  # noqa: F401
         except ImportError:
-            raise RegionalConfigError("deadLetterTopic needs confluent-kafka: pip install 'regional[kafka]'") from None
+            raise RegionalConfigError("deadLetterTopic needs confluent-kafka: pip install "
+                                      "'pyspark-regional[kafka]'") from None
         super().__init__({})  # the producer's settings are kept apart, never in self.options (credentials)
         opts = {k.lower(): str(v) for k, v in options.items()}
         self.topic, self.query_id = topic, query_id

@@ -64,7 +64,7 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
             import confluent_kafka  # noqa: F401
         except ImportError:
             raise RegionalConfigError("source=deadLetters with a topic needs confluent-kafka: pip install "
-                                      "'regional[kafka]'") from None
+                                      "'pyspark-regional[kafka]'") from None
         opts = {k.lower(): str(v) for k, v in options.items()}
         self.topic = opts.get("topic", "").strip()
         self.bootstrap = opts.get("kafka.bootstrap.servers", "")

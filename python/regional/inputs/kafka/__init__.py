@@ -80,7 +80,8 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
         try:
             import confluent_kafka  # noqa: F401 - the client every part of this source uses
         except ImportError:
-            raise RegionalConfigError("source=kafka needs confluent-kafka: pip install 'regional[kafka]'") from None
+            raise RegionalConfigError("source=kafka needs confluent-kafka: pip install "
+                                      "'pyspark-regional[kafka]'") from None
         opts = {k.lower(): str(v) for k, v in options.items()}
         self.bootstrap = opts.get("kafka.bootstrap.servers", "")
         if not self.bootstrap:
