@@ -453,9 +453,12 @@ def delta_jars() -> list[str]:
     return jars
 
 
-def local_spark(master: str = "local[4,4]", app_name: str = "regional",
+def local_spark(master: str = "local[2,3]", app_name: str = "regional",
                 conf: Mapping[str, str] | None = None) -> SparkSession:
-    """A local SparkSession with Delta Lake, regional's JVM shim and this interpreter for Python workers."""
+    """A local SparkSession with Delta Lake, regional's JVM shim and this interpreter for Python workers.
+    The default ``local[2,3]``: three attempts per task, one more than ``regionAttempts`` (2), so that the last
+    one can quarantine a region that fails upstream of the sink; two task threads, which any machine has (each
+    runs a Python worker: more threads than cores only contend)."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master(master).appName(app_name)
