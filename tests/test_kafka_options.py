@@ -6,6 +6,8 @@ from __future__ import annotations
 import ctypes
 import glob
 import os
+import shutil
+import subprocess
 import tempfile
 
 import pytest
@@ -126,3 +128,92 @@ def test_consumer_settings_reach_the_tasks_consumers_and_librdkafka_takes_them_w
 def test_the_check_sees_librdkafkas_warning():
     assert settings.ignored_by_consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": "g",
                                          "linger.ms": "5"}) == ["queue.buffering.max.ms"]
+
+
+# subscribePattern: Java's regular expressions, found anywhere in a topic's name (Spark's findFirstIn)
+TOPICS = ["orders-eu", "orders-tx", "orders-us", "orders-t", "ORDERS-eu", "x.orders-eu", "orders-eu-2", "a.b", "axb",
+          "aab", "eu-eu", "eu-us", "orders"]
+# pattern -> the topics Java's Pattern.compile(p).matcher(topic).find() accepts (Java 17's documented semantics;
+# test_the_table_is_what_java_says checks them with jshell where a JDK is installed)
+SAME = {
+    "orders-[a-z]+": ["orders-eu", "orders-tx", "orders-us", "orders-t", "x.orders-eu", "orders-eu-2"],
+    "^orders-(eu|us)$": ["orders-eu", "orders-us"],
+    "orders": ["orders-eu", "orders-tx", "orders-us", "orders-t", "x.orders-eu", "orders-eu-2", "orders"],
+    r"\Qa.b\E": ["a.b"],
+    r"\Qa.b": ["a.b"],
+    r"[\Q.\E]b": ["a.b"],
+    "a.b": ["a.b", "axb", "aab"],
+    r"orders-eu\z": ["orders-eu", "x.orders-eu"],
+    r"orders-eu\Z": ["orders-eu", "x.orders-eu"],
+    r"\Aorders-eu": ["orders-eu", "orders-eu-2"],
+    "(?i)^orders-eu$": ["orders-eu", "ORDERS-eu"],
+    "(?i:ORDERS)-EU": [],
+    "(?i:ORDERS)-eu": ["orders-eu", "ORDERS-eu", "x.orders-eu", "orders-eu-2"],
+    r"^(?<r>eu|us)-\k<r>$": ["eu-eu"],
+    "^orders-[a-z]++u": [],  # possessive: [a-z]++ takes the u too
+    "^orders-[a-z]+u": ["orders-eu", "orders-eu-2"],
+    "^orders-(?>e|eu)-": [],  # atomic: e is kept, -  does not follow
+    "^orders-(?>eu|e)-": ["orders-eu-2"],
+    "^a{2}b$": ["aab"],
+    r"^\x{61}\x61b$": ["aab"],
+    r"^\0141ab$": ["aab"],
+    r"^orders-\w\w$": ["orders-eu", "orders-tx", "orders-us"],
+    r"^orders-[^\W_t]+$": ["orders-eu", "orders-us"],
+    "^[]a]": ["a.b", "axb", "aab"],
+    "[a&b]$": ["a.b", "axb", "aab"],
+    r"orders\b": ["orders-eu", "orders-tx", "orders-us", "orders-t", "x.orders-eu", "orders-eu-2", "orders"],
+}
+REFUSED = {
+    "orders-[a-z&&[^t]]+": "intersection &&",
+    "orders-[a-c[x-z]]": "a class inside a class",
+    r"orders-\p{Lower}+": r"\\p\{...\}",
+    r"orders-\P{Digit}": r"\\P\{...\}",
+    "(?d)orders": r"\(\?d\), UNIX_LINES",
+    "(?u)orders": r"\(\?u\), UNICODE_CASE",
+    "(?U)orders": r"\(\?U\), UNICODE_CHARACTER_CLASS",
+    "(?x)orders": r"\(\?x\), COMMENTS",
+    r"orders\h": r"\\h",
+    r"orders\R": r"\\R",
+    r"orders\X": r"\\X",
+    r"\Gorders": r"\\G",
+    r"orders\v": r"\\v",
+    r"orders\b{g}": r"\\b\{g\}",
+    "orders-(?i)eu": "in the middle of a pattern",
+    "(?P<n>orders)": "a group Java does not define",
+    "(?#note)orders": "a group Java does not define",
+    "orders{,3}": "not a repetition",
+    "orders{": "not a repetition",
+    r"orders\y": r"\\y, an escape Java does not define",
+}
+
+
+@pytest.mark.parametrize("pattern", sorted(SAME))
+def test_a_java_pattern_finds_the_topics_java_finds(pattern):
+    source = KafkaInput({**BASE, "subscribe": "", "subscribePattern": f" {pattern} "})  # trimmed, as Spark
+    assert [t for t in TOPICS if source.pattern.search(t)] == SAME[pattern]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("pattern", sorted(REFUSED))
+def test_a_construct_python_reads_differently_is_refused_by_name(pattern):
+    with pytest.raises(RegionalConfigError, match=f"subscribePattern .* uses .*{REFUSED[pattern]}"):
+        KafkaInput({**BASE, "subscribe": "", "subscribePattern": pattern})
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="no JDK: the table's Java results are from Java's docs")
+def test_the_table_is_what_java_says(tmp_path):
+    """One run of Java's source launcher: Java's find() over every topic for every pattern of SAME."""
+    def java(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    body = [f"String[] topics = {{{', '.join(java(t) for t in TOPICS)}}};"]
+    for pattern in SAME:
+        body.append(f"{{ java.util.regex.Pattern p = java.util.regex.Pattern.compile({java(pattern)}); "
+                    "StringBuilder b = new StringBuilder(\"R\"); for (String t : topics) if (p.matcher(t).find()) "
+                    "b.append(\"|\" + t); System.out.println(b); }")
+    source = tmp_path / "Table.java"
+    source.write_text("public class Table { public static void main(String[] a) {\n" + "\n".join(body) + "\n} }\n")
+    done = subprocess.run(["java", str(source)], capture_output=True, text=True, timeout=120)
+    results = [line for line in done.stdout.splitlines() if line.startswith("R")]
+    assert len(results) == len(SAME), done.stdout + done.stderr
+    for pattern, line in zip(SAME, results, strict=True):
+        assert line.split("|")[1:] == SAME[pattern], pattern

@@ -28,6 +28,7 @@ import pyarrow as pa
 from regional.errors import RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs.base import BATCH_BYTES, BATCH_ROWS, AcknowledgingInput, RegionInput, RetainedInput, StoredInput
 from regional.inputs.kafka.client_settings import consumer_settings, ignored_by_consumer
+from regional.inputs.kafka.java_regex import compile_java
 from regional.inputs.kafka.options import EARLIEST, LATEST, OPTIONS, Starting, parse_assign, parse_starting
 from regional.inputs.kafka.reading import (
     CONSUMERS,
@@ -94,17 +95,17 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
                 + (f"; got {', '.join(chosen)}" if chosen else ""))
         self.subscribe: list[str] | None = None
         self.pattern: re.Pattern[str] | None = None
+        self.pattern_text = ""  # as given (Java's syntax); ``pattern`` is its translation
         self.assign: dict[str, list[int]] | None = None
         if opts.get("subscribe"):
             self.subscribe = [t.strip() for t in opts["subscribe"].split(",") if t.strip()]
             if not self.subscribe:
                 raise RegionalConfigError("source=kafka: 'subscribe' names no topic; give a comma list of topics")
         elif opts.get("subscribepattern"):
-            try:  # Spark trims it, and finds it anywhere in a topic's name (Scala's findFirstIn)
-                self.pattern = re.compile(opts["subscribepattern"].strip())
-            except re.error as exc:
-                raise RegionalConfigError(f"source=kafka: subscribePattern {opts['subscribepattern']!r} is not a "
-                                          f"valid regular expression: {exc}") from None
+            # Spark trims it, reads it as a Java regular expression and finds it anywhere in a topic's name (Scala's
+            # findFirstIn over the admin client's listing, not the Java consumer's whole-name matches())
+            self.pattern = compile_java(opts["subscribepattern"].strip())
+            self.pattern_text = opts["subscribepattern"].strip()
         else:
             self.assign = parse_assign(opts["assign"])
         for key in sorted(options):  # as the reader's check, for an input built directly
@@ -240,7 +241,7 @@ class KafkaInput(RegionInput[PartitionSplit], RetainedInput, StoredInput, Acknow
         if self.subscribe is not None:
             return f"subscribe {','.join(self.subscribe)}"
         if self.pattern is not None:
-            return f"subscribePattern {self.pattern.pattern!r}"
+            return f"subscribePattern {self.pattern_text!r}"
         return f"assign {json.dumps(self.assign)}"
 
     def _offsets(self, splits: Mapping[str, PartitionSplit], latest: bool = False,

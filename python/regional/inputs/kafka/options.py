@@ -32,8 +32,10 @@ OPTIONS = OptionTable("source=kafka", [
     Option("kafka.bootstrap.servers", "required", "The brokers, `host:port[,host:port...]`.", stock=True),
     Option("subscribe", "", "A comma list of topics to read (exactly one of `subscribe`, `subscribePattern`, "
                             "`assign`).", stock=True),
-    Option("subscribePattern", "", "A regular expression: every topic whose name it finds a match in (as Spark "
-                                   "does: a match anywhere in the name, anchor it with `^...$` for whole names), "
+    Option("subscribePattern", "", "A Java regular expression, as Spark's (translated to Python's `re`; a "
+                                   "construct Python reads differently is refused by name, see below): every "
+                                   "topic whose name it finds a match in (as Spark does: a match anywhere in the "
+                                   "name, anchor it with `^...$` for whole names), "
                                    "except the broker's internal topics (`__consumer_offsets`, `__transaction_state`, "
                                    "...; a user topic named `__x` is read). Topics created later join.", stock=True),
     Option("assign", "", 'JSON `{"topicA": [0, 1]}`: exactly these partitions.', stock=True),
