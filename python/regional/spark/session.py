@@ -429,12 +429,27 @@ def delta_fits_spark() -> bool:
 
 def delta_jars() -> list[str]:
     """The Delta Lake jars for ``DELTA_PACKAGE``, resolved from Maven Central once and cached, so that a
-    session starts without Ivy's resolution log (about 200 lines on a first run)."""
+    session starts without Ivy's resolution log (about 200 lines on a first run). One process at a time
+    resolves them (``machine_lock``); the others wait and read its cache."""
+    from regional.machine_lock import held
+
     cache = JARS_CACHE / (re.sub(r"[^A-Za-z0-9_.-]", "_", DELTA_PACKAGE) + ".jars")
-    if cache.exists():
-        jars = cache.read_text(encoding="utf-8").split()
-        if jars and all(Path(j.removeprefix("file://")).exists() for j in jars):
-            return jars
+    jars = _cached_jars(cache)
+    if jars:
+        return jars
+    with held(cache.with_suffix(".lock")):
+        return _cached_jars(cache) or _resolve_delta_jars(cache)
+
+
+def _cached_jars(cache: Path) -> list[str]:
+    """The jars ``cache`` lists, if it exists and every one of them is still there; else none."""
+    if not cache.exists():
+        return []
+    jars = cache.read_text(encoding="utf-8").split()
+    return jars if jars and all(Path(j.removeprefix("file://")).exists() for j in jars) else []
+
+
+def _resolve_delta_jars(cache: Path) -> list[str]:
     cache.parent.mkdir(parents=True, exist_ok=True)
     log_path = cache.with_suffix(".log")
     print(f"regional: fetching the Delta Lake jars ({DELTA_PACKAGE}) once; log in {log_path}", flush=True)
@@ -449,7 +464,10 @@ def delta_jars() -> list[str]:
     if result.returncode != 0 or not jars:
         raise RegionalConfigError(f"could not fetch {DELTA_PACKAGE} from Maven Central (see {log_path}); check "
                                   "the network, or give the jars yourself with spark.jars")
-    cache.write_text("\n".join(jars), encoding="utf-8")
+    # Written whole, then renamed: a reader never sees half a list.
+    partial = cache.with_suffix(".jars.tmp")
+    partial.write_text("\n".join(jars), encoding="utf-8")
+    partial.replace(cache)
     return jars
 
 

@@ -10,6 +10,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from regional.machine_lock import held
+
 CACHE = Path(os.environ.get("REGIONAL_CACHE", Path.home() / ".cache" / "regional"))
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -32,6 +34,14 @@ def fetch(name: str, coordinates: Sequence[str], transitive: bool = True) -> Pat
     lib = home / "lib"
     if (home / "complete").exists():
         return lib
+    # One Maven at a time: parallel test workers share the cache and Maven's local repository.
+    with held(CACHE / "maven.lock"):
+        if (home / "complete").exists():  # fetched by another process while this one waited
+            return lib
+        return _fetch(name, coordinates, transitive, home, lib)
+
+
+def _fetch(name: str, coordinates: Sequence[str], transitive: bool, home: Path, lib: Path) -> Path:
     if shutil.which("mvn") is None:
         raise RuntimeError(f"the jars of {name} are fetched with Maven: install Maven (apt-get install maven)")
     dependencies = []
