@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from regional.protocol.decide import Outcome, TaskOutcome, decide, outcomes_from_tasks
+from regional.protocol.decide import Outcome, TaskOutcome, decide, outcomes_from_tasks, with_failure_causes
 from regional.protocol.plan import PROBE_SPAN, EpochPlan, plan_epoch
 from regional.protocol.settings import Settings
 from regional.store import EpochRecord
+from regional.store.model import TaskFailure
 
 REGIONS = ("a", "b", "c", "d")
 ATTEMPTS = 2
@@ -85,6 +86,9 @@ class Run:
         self.now = finish + 0.2  # the driver decides and records
         return out
 
+    def outcomes(self, plan: EpochPlan) -> dict:
+        return outcomes_from_tasks(plan, self.tasks(plan))
+
     def epoch(self, epoch: int) -> EpochPlan:
         states = self.record.regions if self.record else {}
         plan = plan_epoch(epoch, "q", "ck", states, self.sizes, self.settings, ends=self.sizes, now=self.now)
@@ -94,7 +98,7 @@ class Run:
                 self.now = max(self.now, min(dues)) + 0.01
                 return self.epoch(epoch)
             return plan
-        self.record = decide(plan, outcomes_from_tasks(plan, self.tasks(plan)), self.record, now=self.now)
+        self.record = decide(plan, self.outcomes(plan), self.record, now=self.now)
         for region, sl in self.record.committed.items():
             self.published[region] += range(sl.start, sl.end)
         for region, letter in self.record.dead_lettered.items():
@@ -275,3 +279,154 @@ def test_status_says_a_region_waits_on_what_looks_like_an_outage_and_ages_a_new_
     assert st.ref_age("n") == (2, 120.0)
     before = late._replace(first_seen_epoch=None, first_seen_at=None)  # written before: as old as the query
     assert QueryStatus("ck", {"n": before}, [record], created_at=t0 - 86400, now=t0).ref_age("n") == (42, 86400.0)
+
+
+# -- The user's own verdict (issue 55): deadLetterOn and outageOn --------------------------------------------------
+
+
+@dataclass
+class NamedRun(Run):
+    """A run whose failed attempts leave the JVM shim's failure records: the UDF parses the record first (a poison
+    record raises ``ValueError``, whatever the service), then calls the service (``ConnectionError`` while down)."""
+
+    epochs: int = 0
+
+    def outcomes(self, plan: EpochPlan) -> dict:
+        failures: dict[int, list[TaskFailure]] = {}
+        moment = self.now
+        for i, rr in enumerate(plan.ranges):
+            start = moment + (i // CORES) * ATTEMPTS * TASK_S + (i % CORES) * 0.13
+            for k in range(ATTEMPTS):
+                bad = sorted(self.poison[rr.region] & set(range(rr.start, rr.end)))
+                if bad:
+                    line = f"ValueError: cannot parse {rr.region}@{bad[0]}"
+                elif rr.end > rr.start and self.service.down(rr.region, start + k * TASK_S):
+                    line = f"ConnectionError: {rr.region}'s service is down"
+                else:
+                    break
+                failures.setdefault(i, []).append(TaskFailure(i, k, "1", PYTHON_EXCEPTION, line))
+        self.epochs += 1
+        return with_failure_causes(plan, outcomes_from_tasks(plan, self.tasks(plan)), failures)
+
+
+PYTHON_EXCEPTION = "org.apache.spark.api.python.PythonException"
+
+
+def simulate_named(sizes, poison, spans, dead_letter_on=("ValueError",), outage_on=("ConnectionError",),
+                   retries: int = 4, backoff: float = 60.0, epochs: int = 600) -> NamedRun:
+    service = Service([(lo, lo + length, frozenset(scope)) for lo, length, scope in spans])
+    s = Settings(dead_letter_path="/dead", region_attempts=ATTEMPTS, max_failure_ratio=1.0,
+                 dead_letter_retries=retries, dead_letter_retry_backoff_s=backoff, max_dead_letters_per_epoch=10,
+                 dead_letter_on=tuple(dead_letter_on), outage_on=tuple(outage_on))
+    run = NamedRun(service, poison, sizes, s, published={r: [] for r in sizes}, dead={r: [] for r in sizes})
+    for epoch in range(epochs):
+        plan = run.epoch(epoch)
+        if done(run) or not plan.regions:
+            break
+    return run
+
+
+many_windows = st.lists(
+    st.tuples(st.floats(0, 300), st.floats(0.05, 120),
+              st.sampled_from([REGIONS, REGIONS[:2], REGIONS[1:3], ("a",), ("c",), ("d",)])),
+    max_size=8)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(inputs(), many_windows, st.sampled_from([0, 1]), st.sampled_from([0.0, 3.0]))
+def test_outage_on_never_dead_letters_a_healthy_record_however_many_outages(data, spans, retries, backoff):
+    """With outageOn naming the outage's class, no number of outages fools the rule, even with the weakest evidence
+    rule (deadLetterRetries=0, no backoff: two outages suffice without outageOn); poison still goes to the dead
+    letters (by the evidence rule: deadLetterOn is not set here), every other record is published once, in order."""
+    sizes, poison = data
+    run = simulate_named(sizes, poison, spans, dead_letter_on=(), retries=retries, backoff=backoff)
+    assert done(run), f"the bounded query did not end: {run.record.regions if run.record else None}"
+    for r in REGIONS:
+        assert not [o for o in run.dead[r] if o not in poison[r]], (r, run.dead[r], poison[r], run.service.windows)
+        assert sorted(run.dead[r]) == sorted(poison[r]) and len(run.dead[r]) == len(set(run.dead[r]))
+        assert run.published[r] == sorted(set(range(sizes[r])) - poison[r])
+
+
+@st.composite
+def bursts(draw):
+    """Poison in bursts of consecutive records (1, 8, 9, 17 or up to 100) at a region's start, middle or end, with no
+    healthy neighbour needed: a region may hold nothing but poison. One region of up to 120 records, the others up
+    to 40 (each poison record is isolated on its own: the epochs add up)."""
+    sizes, poison = {}, {}
+    for r in REGIONS:
+        n = draw(st.integers(1, 120 if r == "a" else 40))
+        bad: set[int] = set()
+        for _ in range(draw(st.integers(0, 2))):
+            length = min(n, draw(st.sampled_from([1, 8, 9, 17, draw(st.integers(1, 100))])))
+            where = draw(st.sampled_from(["start", "middle", "end"]))
+            first = {"start": 0, "middle": (n - length) // 2, "end": n - length}[where]
+            bad |= set(range(first, first + length))
+        sizes[r], poison[r] = n, bad
+    return sizes, poison
+
+
+def epoch_bound(sizes, poison) -> int:
+    """Epochs within which every poison record is dead-lettered, whatever its neighbours: per poison record, its
+    isolation (a range halved until it stands alone, each half that passes committed: 2 epochs per halving at
+    most) and one epoch in which it fails alone and is dead-lettered; regions go on side by side."""
+    return max(len(poison[r]) * (2 * math.ceil(math.log2(sizes[r] + 1)) + 2) for r in sizes) + 2
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bursts(), st.lists(st.tuples(st.floats(0, 40), st.floats(0.05, 30), st.sampled_from([REGIONS, ("b",)])),
+                          max_size=2))
+def test_dead_letter_on_dead_letters_bursts_in_bounded_epochs(data, spans):
+    """Liveness: with deadLetterOn naming the poison's class and the shipped retries (4, a minute apart: never
+    waited on), every poison record is dead-lettered once within ``epoch_bound`` epochs of running, in bursts of any
+    length and where no neighbour can testify; outages on the way (named by outageOn) only delay it and dead-letter
+    nothing healthy; every other record is published once, in order."""
+    sizes, poison = data
+    run = simulate_named(sizes, poison, spans, epochs=epoch_bound(sizes, poison) + 200)
+    assert done(run), f"the bounded query did not end: {run.record.regions if run.record else None}"
+    for r in REGIONS:
+        assert sorted(run.dead[r]) == sorted(poison[r]) and len(run.dead[r]) == len(set(run.dead[r]))
+        assert run.published[r] == sorted(set(range(sizes[r])) - poison[r])
+    if not spans:
+        assert run.epochs <= epoch_bound(sizes, poison), (run.epochs, epoch_bound(sizes, poison))
+        assert run.now < 5 * run.epochs + 1  # seconds of epochs: no retry waited a minute
+
+
+def test_a_bad_file_at_a_regions_start_is_dead_lettered_in_seconds_with_the_defaults():
+    """Issue 55's first situation: 10 malformed lines then 10 good ones in region a; before deadLetterOn they were
+    never dead-lettered (no neighbour passed between two failures of the first one). With it: all 10, in about 40
+    epochs of seconds, the good lines published once."""
+    from regional.protocol.settings import resolve_settings
+
+    s = resolve_settings({}, {"deadLetterPath": "/dead", "deadLetterOn": "ValueError"}, {})
+    assert (s.dead_letter_retries, s.dead_letter_retry_backoff_s, s.dead_letter_on) == (4, 60.0, ("ValueError",))
+    run = simulate_named({"a": 20}, {"a": set(range(10))}, [], retries=s.dead_letter_retries,
+                         backoff=s.dead_letter_retry_backoff_s)
+    assert done(run) and run.dead["a"] == list(range(10)) and run.published["a"] == list(range(10, 20))
+    assert run.epochs <= epoch_bound({"a": 20}, {"a": set(range(10))}) and run.now < 120
+    # without it, the same run waits for evidence that cannot come: the first line is never dead-lettered
+    stuck = simulate_named({"a": 20}, {"a": set(range(10))}, [], dead_letter_on=(), epochs=60)
+    assert not done(stuck) and stuck.dead["a"] == []
+
+
+def test_outage_on_holds_a_record_through_an_outage_the_evidence_rule_would_take_for_poison():
+    """Two outages back to back (every region for 43 s, then a and b for 15 s, as the property test above found with
+    outageOn left out): with deadLetterRetries=0 and no backoff, the evidence rule dead-letters healthy a@0; naming
+    ConnectionError in outageOn, nothing is, and the reason says why."""
+    flaps = [(0.0, 43.0, REGIONS), (44.0, 15.0, ("a", "b"))]
+    sizes, none = {"a": 2, "b": 2, "c": 6, "d": 7}, {r: set() for r in REGIONS}
+    fooled = simulate_named(sizes, none, flaps, dead_letter_on=(), outage_on=(), retries=0, backoff=0.0)
+    assert fooled.dead["a"] == [0], "the evidence rule alone is fooled by these outages"
+    held = NamedRun(Service([(lo, lo + n, frozenset(sc)) for lo, n, sc in flaps]), none, sizes,
+                    Settings(dead_letter_path="/dead", region_attempts=ATTEMPTS, max_failure_ratio=1.0,
+                             outage_on=("ConnectionError",)),
+                    published={r: [] for r in REGIONS}, dead={r: [] for r in REGIONS})
+    reasons = []
+    for epoch in range(600):
+        plan = held.epoch(epoch)
+        reasons += [s.reason for s in held.record.regions.values() if s.reason] if held.record else []
+        if done(held) or not plan.regions:
+            break
+    assert done(held) and held.dead == {r: [] for r in REGIONS}
+    assert all(held.published[r] == list(range(n)) for r, n in sizes.items())
+    assert any("ConnectionError, named by outageOn (ConnectionError): an outage, never dead-lettered" in r
+               for r in reasons)

@@ -5,7 +5,14 @@ healthy regions' output and keeps the failed regions at their last good offset, 
 epoch they still reference.
 """
 
-from regional.errors import RegionalConfigError, RegionalError, RegionalPlanError, RegionalStoreError
+from regional.errors import (
+    Outage,
+    PoisonRecord,
+    RegionalConfigError,
+    RegionalError,
+    RegionalPlanError,
+    RegionalStoreError,
+)
 from regional.spark.session import configure, listener_for, local_spark, progress, register, shim_state, stop
 from regional.store.model import RegionState
 from regional.store.status import QueryStatus, status
@@ -15,6 +22,8 @@ __version__ = "0.2.0"
 
 __all__ = [
     "EpochReport",
+    "Outage",
+    "PoisonRecord",
     "QueryStatus",
     "RegionState",
     "RegionalConfigError",

@@ -17,6 +17,7 @@ Pure: plain functions over the store's model; no Spark, no I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -25,7 +26,7 @@ from typing import Any, NamedTuple
 
 from regional.errors import RegionalDeadLetterLimitError, RegionalPlanError
 from regional.protocol.plan import PROBE_SPAN, EpochPlan, RegionRange
-from regional.protocol.settings import Settings
+from regional.protocol.settings import ALWAYS_OUTAGE, ALWAYS_POISON, Settings
 from regional.store.model import (
     DeadLetter,
     EpochKind,
@@ -88,6 +89,7 @@ class RegionOutcome(NamedTuple):
     dead_letter: bytes | None = None  # DEAD_LETTERED: the record, as the source read it (Arrow IPC)
     seconds: float | None = None  # WRITTEN: how long its slice took, from the source's first read to the target
     neighbours_passed: bool = False  # its probe (records beside its isolated record) wrote rows in this epoch
+    verdict: Verdict | None = None  # DEAD_LETTERED: what its failures' exception classes say (``verdict_of``)
 
 
 def outcomes_from_tasks(plan: EpochPlan, tasks: Sequence[TaskOutcome | None]) -> dict[str, RegionOutcome]:
@@ -188,7 +190,8 @@ def with_failure_causes(plan: EpochPlan, outcomes: dict[str, RegionOutcome],
         if outcome is None or outcome.status not in UPSTREAM:
             continue
         if outcome.status is Outcome.DEAD_LETTERED:
-            named[rr.region] = outcome._replace(reason=error_of(seen[-1]) if seen else UNKNOWN_CAUSE)
+            named[rr.region] = outcome._replace(reason=error_of(seen[-1]) if seen else UNKNOWN_CAUSE,
+                                                verdict=verdict_of(plan.settings, seen or ()))
             continue
         if not seen:
             continue
@@ -205,6 +208,82 @@ def error_of(failure: TaskFailure) -> str:
     if failure.exception_class.endswith("PythonException"):
         return failure.message
     return f"{failure.exception_class}: {failure.message}"
+
+
+# -- The user's and the target's verdict (docs/dead-letters.md, "Your own verdict") -------------------------------
+
+
+class Verdict(NamedTuple):
+    """What the exception classes of an isolated record's failed attempts say, before any evidence."""
+
+    poison: bool  # True: the record's fault, dead-lettered at once; False: an outage, never dead-lettered
+    why: str  # the class and what named it, for the reason
+
+
+# Python's exception line, as the JVM shim records it (the last line of the traceback that is not indented):
+# ``ValueError: bad``, ``json.decoder.JSONDecodeError: Expecting value: ...``, ``mymodule.MyError`` (an empty
+# message), ``pkg.f.<locals>.MyError: ...`` (a class defined in a function). Anything else is no exception line.
+_PART = r"(?:[^\W\d][\w$]*|<locals>)"
+_EXCEPTION_LINE = re.compile(rf"({_PART}(?:\.{_PART})*)(?::(?:\s.*)?)?", re.DOTALL)
+
+
+def failure_class(failure: TaskFailure) -> str | None:
+    """The exception class one failed attempt raised, fully qualified as far as known. A Python worker's failure (a
+    UDF, the regional source or sink) is the JVM's ``PythonException`` around Python's traceback: its class is that of
+    the exception line the shim kept, as Python prints it (``ValueError``, ``json.decoder.JSONDecodeError``). Any other
+    failure's class is the JVM's. None when the line is no exception line (then nothing can be named)."""
+    if not failure.exception_class.endswith("PythonException"):
+        return failure.exception_class.strip() or None
+    found = _EXCEPTION_LINE.fullmatch(failure.message.strip())
+    if found is None or found.group(1).endswith("<locals>"):
+        return None
+    return found.group(1)
+
+
+def class_matches(name: str, cls: str) -> bool:
+    """Whether the configured ``name`` names the class ``cls``: the same simple name (the last part), and the name's
+    module path, if any, a prefix of the class's. ``JSONDecodeError`` and ``json.JSONDecodeError`` name
+    ``json.decoder.JSONDecodeError``; ``decoder.JSONDecodeError`` does not. Only names: a subclass is matched by its
+    own name, never by its base class's (the driver sees the name of the class, not its bases)."""
+    *module, simple = name.split(".")
+    *cls_module, cls_simple = cls.split(".")
+    return simple == cls_simple and cls_module[:len(module)] == module
+
+
+def verdict_of(settings: Settings, failures: Sequence[TaskFailure]) -> Verdict | None:
+    """The verdict of an isolated record's failed attempts (the JVM shim's failure records): an outage when any
+    attempt raised a class named as one (``outageOn``, ``regional.Outage``); the record's fault when every attempt
+    before the quarantine (``regionAttempts`` of them) is recorded and raised a class named as such
+    (``deadLetterOn``, ``regional.PoisonRecord``, a target's ``RowsInvalid``); else None: the evidence rule decides
+    (never a verdict on absent information)."""
+    if not settings.isolates:
+        return None
+    classes = [(f, failure_class(f)) for f in failures]
+    for _f, cls in classes:
+        if cls is None:
+            continue
+        for name in settings.outage_on:
+            if class_matches(name, cls):
+                return Verdict(False, f"{cls}, named by outageOn ({name})")
+        if any(class_matches(name, cls) for name in ALWAYS_OUTAGE):
+            return Verdict(False, f"{cls}, raised to say so")
+    if not {f.attempt for f in failures} >= set(range(settings.region_attempts)):
+        return None  # an attempt without a record: what it raised is not known
+    whys = []
+    for _f, cls in classes:
+        if cls is None:
+            return None
+        if any(class_matches(name, cls) for name in ALWAYS_POISON):
+            why = (f"{cls}, the target's verdict about the row" if cls.endswith("RowsInvalid")
+                   else f"{cls}, raised to say so")
+        else:
+            named = next((n for n in settings.dead_letter_on if class_matches(n, cls)), None)
+            if named is None:
+                return None
+            why = f"{cls}, named by deadLetterOn ({named})"
+        if why not in whys:
+            whys.append(why)
+    return Verdict(True, "; ".join(whys))
 
 
 # -- The decision ---------------------------------------------------------------------------
@@ -365,9 +444,20 @@ def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapp
             evidence[rr.region] = Evidence(state.failed_alone, state.failed_alone_at, state.alone_since, passed,
                                            state.alone_waits, False)
             continue
+        cause = outcome.reason or UNKNOWN_CAUSE
+        if outcome.verdict is not None and outcome.verdict.poison:
+            continue  # the record's fault by its exception's class: dead-lettered on this first failure alone
+        if outcome.verdict is not None:  # an outage by its exception's class: never dead-lettered, no evidence
+            waits = state.alone_waits + 1
+            evidence[rr.region] = Evidence(state.failed_alone, now, None, passed, waits, False)
+            checked[rr.region] = outcome._replace(status=Outcome.QUARANTINED, dead_letter=None, reason=(
+                f"offset {rr.start} failed alone on every attempt with {outcome.verdict.why}: an outage, never "
+                f"dead-lettered; tried again after {utc(now + suspect_backoff(waits))} ({cause})"))
+            continue
+        if cause == UNKNOWN_CAUSE and (plan.settings.dead_letter_on or plan.settings.outage_on):
+            cause += "; deadLetterOn and outageOn cannot apply without it, the evidence rule decides"
         since, before_now = state.alone_since, state.probe_passed
         sandwich = since is not None and before_now is not None and since < before_now < plan.epoch
-        cause = outcome.reason or UNKNOWN_CAUSE
         if sandwich:
             tries = state.failed_alone + 1
             if tries > retries:

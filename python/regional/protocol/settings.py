@@ -38,6 +38,10 @@ DEFAULTS: dict[str, str] = {
     # minute too, and Kafka Streams gives a task 5 minutes (task.timeout.ms) before a transient error is fatal.
     "deadLetterRetries": "4",
     "deadLetterRetryBackoff": "1m",
+    # The user's own verdict (docs/dead-letters.md, "Your own verdict"): exception classes that are the record's
+    # fault, dead-lettered on their first failure alone, and classes that are an outage, never dead-lettered.
+    "deadLetterOn": "",
+    "outageOn": "",
 }
 SETTING_KEYS = {k.lower(): k for k in DEFAULTS}  # lower-cased -> canonical spelling
 
@@ -65,6 +69,14 @@ _MEANINGS = {
                          "that keeps going down and up must make this many more.",
     "deadLetterRetryBackoff": "The least time between two of those tries (e.g. `1m`): with the defaults, a record "
                               "keeps failing for at least 4 minutes before it is dead-lettered.",
+    "deadLetterOn": "Exception classes that are the record's fault, a comma list (e.g. `ValueError, "
+                    "json.JSONDecodeError`): an isolated record whose every attempt alone failed with one of them is "
+                    "dead-lettered at once, without neighbours' evidence or retries. A name matches a class of that "
+                    "simple name whose module path begins with the name's (subclasses are not matched); "
+                    "`regional.PoisonRecord` always is one.",
+    "outageOn": "Exception classes that mean an outage, a comma list (e.g. `ConnectionError, TimeoutError`): a record "
+                "failing with one of them is never dead-lettered, however long it lasts; it is tried again with "
+                "back-off. `regional.Outage` always is one. A class in both lists is refused.",
 }
 SETTINGS_OPTIONS = OptionTable("regional's settings", [Option(k, v, _MEANINGS[k]) for k, v in DEFAULTS.items()])
 
@@ -88,6 +100,9 @@ class Settings:
     # ``resolve_settings``); 0 here, as in plans written before these settings existed.
     dead_letter_retries: int = 0
     dead_letter_retry_backoff_s: float = 0.0
+    # The user's verdict (``deadLetterOn``, ``outageOn``): exception class names, as given (``verdict_of``).
+    dead_letter_on: tuple[str, ...] = ()
+    outage_on: tuple[str, ...] = ()
 
     @property
     def isolates(self) -> bool:
@@ -112,6 +127,7 @@ class Settings:
             dead_letter_topic=parse_topic(opts, "deadLetterTopic", opts.get("deadletterpath", "")),
             dead_letter_retries=parse_int(opts, "deadLetterRetries", minimum=0),
             dead_letter_retry_backoff_s=parse_backoff("deadLetterRetryBackoff", backoff) if backoff else 0.0,
+            **parse_verdicts(opts),
         )
 
     def all_or_nothing(self) -> Settings:
@@ -124,7 +140,7 @@ class Settings:
     def from_json(cls, data: Mapping[str, Any]) -> Settings:
         # absent in plans written before them
         optional = {"dead_letter_path", "max_dead_letters_per_epoch", "dead_letter_topic", "dead_letter_retries",
-                    "dead_letter_retry_backoff_s"}
+                    "dead_letter_retry_backoff_s", "dead_letter_on", "outage_on"}
         names = {f.name for f in fields(cls)} - optional
         missing = names - set(data)
         if missing:
@@ -136,7 +152,9 @@ class Settings:
                    int(data["retain_epochs"]), None if dead_letters is None else str(dead_letters),
                    int(data.get("max_dead_letters_per_epoch", cls.max_dead_letters_per_epoch)),
                    None if data.get("dead_letter_topic") is None else str(data["dead_letter_topic"]),
-                   int(data.get("dead_letter_retries", 0)), float(data.get("dead_letter_retry_backoff_s", 0.0)))
+                   int(data.get("dead_letter_retries", 0)), float(data.get("dead_letter_retry_backoff_s", 0.0)),
+                   tuple(str(n) for n in data.get("dead_letter_on") or ()),
+                   tuple(str(n) for n in data.get("outage_on") or ()))
 
 
 def given_settings(options: Mapping[str, str]) -> dict[str, str]:
@@ -223,6 +241,72 @@ def parse_topic(opts: Mapping[str, str], key: str, path: str) -> str | None:
         raise RegionalConfigError(f"{key}={topic!r} is not a Kafka topic name: use 1 to 249 letters, digits, '.', "
                                   "'_' or '-'")
     return topic
+
+
+# -- The user's verdict: exception class names ----------------------------------------------------------------------
+
+# Always named, whatever the options: a UDF raises regional.PoisonRecord to say "this record's fault" and
+# regional.Outage to say "an outage" (regional.errors); a target raises RowsInvalid for rows it refuses for their own
+# sake (regional.targets.base). Matched by the same rule as a user's names.
+ALWAYS_POISON = ("regional.errors.PoisonRecord", "regional.targets.base.RowsInvalid")
+ALWAYS_OUTAGE = ("regional.errors.Outage",)
+
+
+def class_names(key: str, text: str) -> tuple[str, ...]:
+    """A comma list of exception class names (``ValueError, json.JSONDecodeError``), each a dotted name; a name
+    that is none is refused. ``builtins.X`` is ``X`` (Python prints built-in classes without their module)."""
+    names: list[str] = []
+    for raw in text.split(","):
+        name = raw.strip()
+        if not name:
+            continue
+        if not is_class_name(name):
+            raise RegionalConfigError(
+                f"{key}: {name!r} is not an exception class name: give dotted names separated by commas, e.g. "
+                "'ValueError, json.JSONDecodeError, mymodule.BadRecord'")
+        name = name.removeprefix("builtins.")
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def is_class_name(name: str) -> bool:
+    """A dotted name of identifiers (``$`` allowed, as in a JVM nested class's name)."""
+    parts = name.split(".")
+    return all(p.replace("$", "_").isidentifier() for p in parts)
+
+
+def names_overlap(a: str, b: str) -> bool:
+    """Whether one class could match both names: the same simple name, and one's module path a prefix of the
+    other's (``JSONDecodeError`` and ``json.decoder.JSONDecodeError`` do; ``a.E`` and ``b.E`` do not)."""
+    *pa, sa = a.split(".")
+    *pb, sb = b.split(".")
+    shorter, longer = sorted((pa, pb), key=len)
+    return sa == sb and longer[:len(shorter)] == shorter
+
+
+def parse_verdicts(opts: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """``deadLetterOn`` and ``outageOn``; a class both could name is refused, naming it."""
+    poison = class_names("deadLetterOn", str(opts.get("deadletteron", "")))
+    outage = class_names("outageOn", str(opts.get("outageon", "")))
+    for p in (*poison, *ALWAYS_POISON):
+        for o in (*outage, *ALWAYS_OUTAGE):
+            if names_overlap(p, o):
+                fixed = p in ALWAYS_POISON or o in ALWAYS_OUTAGE
+                raise RegionalConfigError(
+                    f"{_named(p, 'deadLetterOn')} and {_named(o, 'outageOn')} can name the same exception class: a "
+                    "class is either the record's fault or an outage, not both. "
+                    + ("regional's own classes cannot change sides; remove it from the option"
+                       if fixed else "Remove it from one of the two options"))
+    return {"dead_letter_on": poison, "outage_on": outage}
+
+
+def _named(name: str, key: str) -> str:
+    if name in ALWAYS_POISON:
+        return f"{name} (always the record's fault)"
+    if name in ALWAYS_OUTAGE:
+        return f"{name} (always an outage)"
+    return f"{name!r} ({key})"
 
 
 def _raw(opts: Mapping[str, str], key: str, default: str | None = None) -> str:

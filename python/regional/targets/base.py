@@ -42,7 +42,19 @@ class RowsRejected(RegionalError):
     target's: the sink fails the task with it, as a raising UDF would, so the region is quarantined and, with
     dead letters on, the refused record is isolated and dead-lettered, never published. Raise it only for a refusal
     that repeats on every attempt with the same rows (never for a connection lost or a server down: those are the
-    target's failures), and only after removing what this attempt staged."""
+    target's failures), and only after removing what this attempt staged.
+
+    An isolated record refused with it is dead-lettered on evidence (docs/design.md, "Poison or outage"): records of
+    its region beside it must pass the target's ``probe`` between its failures. Raise ``RowsInvalid`` instead when
+    the refusal is certainly about the rows alone."""
+
+
+class RowsInvalid(RowsRejected):
+    """``RowsRejected`` for a refusal that is certainly about the rows alone, whatever else the target holds and
+    whenever it is tried: a value the column cannot take, a NOT NULL column or a CHECK constraint (a function of
+    the row) it breaks. The target's verdict: an isolated record refused with it is dead-lettered on its first
+    failure alone, without waiting for evidence or retries (docs/dead-letters.md, "Your own verdict"). Never for a
+    refusal that depends on other rows (a unique or foreign key), on a trigger or policy, or on the server."""
 
 
 @dataclass(frozen=True)

@@ -56,9 +56,12 @@ What lands is what Spark's JDBC writer (``df.write.jdbc``) writes: a missing tab
 PostgreSQL dialect chooses (``schema``), arrays as PostgreSQL arrays, NaN and infinities wherever a float can be,
 timestamps as the exact instants, decimals at full precision (``encoding``); the query's columns are matched to an
 existing table's without case, as Spark's writer matches them; Spark's JDBC options are honoured or refused by
-name (``settings.OPTIONS``). Rows PostgreSQL refuses (a constraint, a value a column will not take: SQLSTATE
-classes 22 and 23) raise ``RowsRejected`` after the attempt is rolled back: the region is quarantined and, with dead
-letters on, the refused record is isolated and dead-lettered.
+name (``settings.OPTIONS``). Rows PostgreSQL refuses raise, after the attempt is rolled back, ``RowsInvalid`` when
+the refusal is certainly the rows' own fault (a value a column will not take, a NOT NULL column, a CHECK constraint:
+dead-lettered as soon as isolated) or ``RowsRejected`` when it is about them but perhaps not for their own sake (a
+unique or foreign key, a trigger, row-level security: dead-lettered on evidence); ``target.rows_verdict`` and
+docs/targets/postgres.md, "Errors about a row". The region is quarantined and, with dead letters on, the refused
+record is isolated.
 
 Modules: ``names`` (table, url, gids, attempts), ``settings`` (options), ``schema`` (types and DDL), ``encoding``
 (Arrow to COPY's CSV), ``target`` (connections, the two phases, leftovers).

@@ -20,7 +20,14 @@ import pyarrow as pa
 
 from regional import failpoints
 from regional.errors import RegionalConfigError, RegionalStoreError
-from regional.targets.base import EpochReport, RegionalTarget, RowsRejected, chain_first, require_query_id
+from regional.targets.base import (
+    EpochReport,
+    RegionalTarget,
+    RowsInvalid,
+    RowsRejected,
+    chain_first,
+    require_query_id,
+)
 from regional.targets.postgres.encoding import encoder
 from regional.targets.postgres.names import (
     GID_PREFIX,
@@ -46,10 +53,30 @@ KEEP_PROGRESS_EPOCHS = 100  # progress rows older than this many recorded epochs
 # arrays written as JSON (into json or jsonb columns).
 COLUMNS_KEY = "regional.postgres.columns"
 JSON_KEY = "regional.postgres.json"
-# SQLSTATE classes of a refusal of the rows themselves (data exception, integrity constraint violation): the same
-# rows are refused on every attempt. Connection loss (08), serialization failures (40), lock and statement
-# timeouts (55, 57) are the target's failures.
-ROWS_REFUSED = ("22", "23")
+# Which errors are about the rows (docs/targets/postgres.md, "Errors about a row"), by SQLSTATE: its class (2
+# characters) or the code itself. The rows' own fault (``RowsInvalid``: an isolated record refused with it is
+# dead-lettered at once): a data exception (22: a value the column cannot take), a NOT NULL column it breaks, a CHECK
+# constraint it breaks (23514 naming a constraint: not a partition that does not exist yet, which a job may create).
+ROWS_INVALID = ("22", "23502")
+CHECK_VIOLATION = "23514"
+# About a row, but perhaps not for its own sake (``RowsRejected``: isolated, dead-lettered on evidence only, as a
+# UDF's unknown exception): the other integrity violations (a unique or foreign key: other rows), a trigger's
+# RAISE or ASSERT (P0001, P0004), row-level security or a privilege (42501), a row too large for an index (54000).
+ROWS_REFUSED = ("23", "P0001", "P0004", "42501", "54000")
+# Anything else is the target's failure (the region falls back, nothing is isolated): connection loss (08), the
+# server shutting down (57P01), insufficient resources (53), serialization failures and deadlocks (40), lock and
+# statement timeouts (55P03, 57014).
+
+
+def rows_verdict(sqlstate: str, constraint: str | None = None) -> type[RowsRejected] | None:
+    """What a PostgreSQL error with ``sqlstate`` (and ``constraint``, the constraint it names) says of the rows
+    it refused: ``RowsInvalid`` (their own fault), ``RowsRejected`` (about them, perhaps not for their own sake),
+    None (the server's or the target's failure)."""
+    if sqlstate[:2] in ROWS_INVALID or sqlstate in ROWS_INVALID or (sqlstate == CHECK_VIOLATION and constraint):
+        return RowsInvalid
+    if sqlstate[:2] in ROWS_REFUSED or sqlstate in ROWS_REFUSED:
+        return RowsRejected
+    return None
 
 
 class PostgresTarget(RegionalTarget):
@@ -329,8 +356,10 @@ class PostgresTarget(RegionalTarget):
     def probe(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> None:
         """A probe's rows (records beside an isolated one: those before it are in the table already, so a unique
         key refuses them there): COPY into an empty temporary copy of the table, with its defaults, NOT NULL and
-        CHECK constraints and unique indexes (LIKE ... INCLUDING ALL), then roll back. The rows are checked as
-        the table would check them, nothing is kept; a refusal raises ``RowsRejected`` as ``prepare`` does."""
+        CHECK constraints and unique indexes (LIKE ... INCLUDING ALL), then INSERT them into the table itself, rows
+        it holds already skipped (ON CONFLICT DO NOTHING), for its triggers, row-level security and foreign keys;
+        then roll back. The rows are checked as the table would check them, nothing is kept; a refusal raises
+        ``RowsRejected`` as ``prepare`` does."""
         from psycopg import sql
 
         first = next(batches, None)
@@ -343,6 +372,13 @@ class PostgresTarget(RegionalTarget):
             conn.execute(sql.SQL("CREATE TEMPORARY TABLE {} (LIKE {} INCLUDING ALL) ON COMMIT DROP").format(
                 probe, self.table.sql()))
             self._copy(conn, probe, columns, first, batches)
+            # Then into the table itself, in this transaction, never committed: its triggers, row-level security
+            # and foreign keys refuse the rows as they would refuse them now (a probe that skipped them would pass
+            # while the table refuses every row, and the isolated record would look like poison). Rows it holds
+            # already (a unique key) are skipped.
+            names = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
+            conn.execute(sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT DO NOTHING").format(
+                self.table.sql(), names, names, probe))
         except Exception as exc:
             refused = self._refused(exc)
             if refused is None:
@@ -373,19 +409,21 @@ class PostgresTarget(RegionalTarget):
         return rows
 
     def _refused(self, exc: BaseException) -> RowsRejected | None:
-        """``RowsRejected`` for PostgreSQL's refusal of the rows themselves (a constraint, a value the column
-        refuses: the same on every attempt); None for anything else (the target's failure)."""
+        """``RowsInvalid`` for PostgreSQL's refusal of the rows for their own sake, ``RowsRejected`` for another
+        refusal of these rows, None for anything else (the target's failure): ``rows_verdict``."""
         import psycopg
 
-        state = getattr(exc, "sqlstate", None) or ""
-        if not (isinstance(exc, psycopg.Error) and state[:2] in ROWS_REFUSED):
+        if not isinstance(exc, psycopg.Error):
+            return None
+        state, diag = getattr(exc, "sqlstate", None) or "", exc.diag
+        kind = rows_verdict(state, diag.constraint_name)
+        if kind is None:
             return None
         # One line (the region's status shows a failure's last line): the message and its detail, not
         # PostgreSQL's CONTEXT (the COPY line, the whole row).
-        diag = exc.diag
         why = " ".join(t.strip() for t in (diag.message_primary, diag.message_detail) if t) or str(exc)
-        return RowsRejected(f"target=postgres: table {self.table} refused the rows (SQLSTATE {state}): "
-                            f"{' '.join(why.split())}")
+        return kind(f"target=postgres: table {self.table} refused the rows (SQLSTATE {state}): "
+                    f"{' '.join(why.split())}")
 
     def _roll_back_dead_attempts(self, conn: Any, epoch: int, region: str, me: Attempt) -> None:
         """Roll back the gids of this region and epoch that Spark can no longer commit: those of an earlier
