@@ -99,7 +99,16 @@ def layout(spark, root: Path, tmp: Path, rng: random.Random) -> dict[str, dict[s
         "spark.txt.snappy": spark_compressed(spark, tmp, "snappy", random_text(rng, 20).replace(b"\r", b"")
                                              .decode()),
         "spark.txt.gz": spark_compressed(spark, tmp, "gzip", plain_lines.decode()),
+        # codecs' extensions in upper or mixed case: Spark decompresses them (issue 59)
+        "upper.log.GZ": gzip.compress(b"G1\nG2\r\nG3"),
+        "mixed.log.Bz2": bz2.compress(b"B1\nB2\n"),
+        "upper.log.ZST": zstandard.ZstdCompressor().compress(b"Z1\n"),
     })
+    # bytes that are not UTF-8, each as Java's decoder replaces it for Spark: UTF-8-encoded surrogates (one U+FFFD
+    # each in Java, three in Python's "replace"), alone, paired, cut short, then other malformed sequences
+    regions["edges"]["surrogates.txt"] = (b"a\xed\xa0\x80b\n\xed\xbf\xbf\n\xed\xa0\xbd\xed\xb8\x80\n"
+                                          b"x\xed\xa0\ny\xed\xa0z\n\xc0\xaf\xe0\x80\x80\xf4\x90\x80\x80\xe2\x82\xff\n"
+                                          b"\xed\x9f\xbf\xed\xa0")
     return regions
 
 
@@ -208,8 +217,10 @@ def test_the_same_records_as_spark_read_text_file_by_file_in_arrival_order(spark
     assert_exactly_once_in_order(out, want, spark)  # delta-spark reads the same rows
 
 
-@pytest.mark.parametrize("options", [{"lineSep": "|"}, {"lineSep": "\r\n"}, {"wholetext": "true"}],
-                         ids=["lineSep-bar", "lineSep-crlf", "wholetext"])
+@pytest.mark.parametrize("options", [{"lineSep": "|"}, {"lineSep": "\r\n"}, {"wholetext": "true"}, {"lineSep": "||"},
+                                     {"lineSep": "\n\n"}],
+                         ids=["lineSep-bar", "lineSep-crlf", "wholetext", "lineSep-overlapping-bars",
+                              "lineSep-overlapping-newlines"])
 def test_line_sep_and_wholetext_as_spark_read_text(spark, tmp_path, options):
     rng = random.Random(SEED + len(str(options)))
     inp, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
@@ -217,6 +228,11 @@ def test_line_sep_and_wholetext_as_spark_read_text(spark, tmp_path, options):
              for i in range(5)}
     files.update({"bom.txt": b"\xef\xbb\xbfa|b\r\nc", "empty.txt": b"", "only-sep.txt": b"|", "crlf.txt": b"\r\n",
                   "z.txt.gz": gzip.compress(b"\xef\xbb\xbfg|h\r\ni\n")})
+    if options.get("lineSep") in ("||", "\n\n"):  # a separator that can overlap itself, at files' ends (issue 59)
+        sep = options["lineSep"].encode()
+        files.update({"runs.txt": b"rec1\nl2" + sep + b"rec2" + sep * 2 + sep[:1], "odd.txt": b"a" + sep + sep[:1],
+                      "three.txt": sep + sep[:1], "four.txt": b"x" + sep * 2, "mid.txt": b"p" + sep + sep[:1] + b"q",
+                      "w.txt.GZ": gzip.compress(b"u" + sep + sep[:1])})
     for name, data in files.items():
         write(inp / "r" / name, data)
     run_available_now(spark, inp, out, ck, **options)

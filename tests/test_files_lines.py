@@ -249,3 +249,119 @@ def test_logrotate_compress_and_delaycompress_rotations_read_every_line_once(tmp
         run(day)
         run(day + 100)  # a second listing: whatever went missing is dropped, nothing read again
     assert published == [v for day in days for v in day]
+
+
+# Spark 4.2's spark.read.text, observed (issue 59): a lineSep is found from the file's start, each occurrence after
+# the last; a file ending in it has no empty last record
+OVERLAPPING_SEPARATORS = [
+    (b"rec1\nl2\n\nrec2\n\n\n", "\n\n", ["rec1\nl2", "rec2", "\n"]),
+    (b"a||b|||c||||", "||", ["a", "b", "|c", ""]),
+    (b"|||", "||", ["", "|"]),
+    (b"a|||", "||", ["a", "|"]),
+    (b"\n\n\n", "\n\n", ["", "\n"]),
+    (b"xabababy", "aba", ["x", "baby"]),
+    (b"ababab", "abab", ["", "ab"]),
+    (b"aaab", "aab", ["a"]),
+    (b"xaaabaab", "aab", ["xa", ""]),
+    (b"\xef\xbb\xbf||||", "||", ["", ""]),
+]
+
+
+@pytest.mark.parametrize("data, sep, spark", OVERLAPPING_SEPARATORS)
+def test_a_line_sep_that_overlaps_itself_splits_as_sparks(data, sep, spark):
+    fmt = LineFormat(sep)
+    assert fmt.records(data).to_pylist() == spark
+    assert fmt.count(data) == len(spark)
+    size, lines, _digest, _content = fmt.fingerprint("f.txt", [data[:3], data[3:]])  # the driver's count, in chunks
+    assert (size, lines) == (len(data), len(spark))
+
+
+def test_line_sep_records_and_count_agree_with_a_split_from_the_start_over_random_files():
+    rng = random.Random(59)
+    for _ in range(5000):
+        sep = rng.choice(["||", "\n\n", "aba", "aab", "abab", "|", "xyx", "€€"])
+        data = "".join(rng.choice(["|", "\n", "a", "b", "x", "y", "€"]) for _ in range(rng.randint(0, 16))).encode()
+        pieces = data.split(sep.encode()) if data else []
+        want = [p.decode() for p in (pieces[:-1] if pieces and pieces[-1] == b"" else pieces)]
+        assert LineFormat(sep).records(data).to_pylist() == want, (data, sep)
+        assert LineFormat(sep).count(data) == len(want), (data, sep)
+
+
+@pytest.mark.parametrize("name", ["app.log.GZ", "app.log.Gz", "x.BZ2", "x.ZST", "x.DEFLATE", "x.txt.gZ"])
+def test_a_codec_extension_in_any_case_is_decompressed_as_spark_does(name):
+    import bz2
+    import zlib
+
+    import zstandard
+
+    compress = {"gz": gzip.compress, "bz2": bz2.compress, "zst": zstandard.ZstdCompressor().compress,
+                "deflate": zlib.compress}[name.rsplit(".", 1)[1].lower()]
+    raw = compress(b"g1\ng2\n")
+    assert LineFormat().decoded(name, raw).to_pylist() == ["g1", "g2"]
+    assert LineFormat().fingerprint(name, [raw])[1] == 2
+
+
+def test_files_counted_with_rules_1_are_read_as_they_were_counted():
+    """A .GZ file and an overlapping lineSep counted before issue 59 (manifest rules 1) keep their records: their
+    offsets were given out as those."""
+    raw = gzip.compress(b"g1\ng2\n", mtime=0)
+    old = LineFormat().for_rules(1)
+    assert old.count(raw) == len(old.decoded("a.GZ", raw)) and old.decoded("a.GZ", raw).to_pylist() != ["g1", "g2"]
+    assert LineFormat("||").for_rules(1).records(b"a|||").to_pylist() == ["a|"]
+    assert LineFormat("||").for_rules(1).count(b"a|||") == 1
+    assert LineFormat().for_rules(0).legacy
+
+
+# Java's UTF-8 decoder (String(bytes, UTF_8), what Spark's strings show), observed with Spark 4.2 and Java 17
+JAVA_DECODED = [
+    (b"a\xed\xa0\x80b", "a\ufffdb"),  # a UTF-8-encoded surrogate: one (Python's replace: three)
+    (b"\xed\xbf\xbf", "\ufffd"),
+    (b"\xed\xa0\xbd\xed\xb8\x80", "\ufffd\ufffd"),  # a surrogate pair, each half encoded alone
+    (b"a\xed\xa0b", "a\ufffdb"),
+    (b"a\xed\xa0", "a\ufffd"),
+    (b"\xed\x9f\xbf", "\ud7ff"),
+    (b"a\x80b", "a\ufffdb"),
+    (b"a\xe2\x82b", "a\ufffdb"),
+    (b"a\xf0\x9f\x98b", "a\ufffdb"),
+    (b"a\xc0\xafb", "a\ufffd\ufffdb"),
+    (b"a\xf5\x80\x80\x80b", "a\ufffd\ufffd\ufffd\ufffdb"),
+    (b"a\xe0\x80\x80b", "a\ufffd\ufffd\ufffdb"),
+    (b"a\xf4\x90\x80\x80b", "a\ufffd\ufffd\ufffd\ufffdb"),
+    (b"a\xf0\x9f\x98", "a\ufffd"),
+    (b"\xe2\x82\xe2\x82\xac", "\ufffd\u20ac"),
+]
+
+
+@pytest.mark.parametrize("data, java", JAVA_DECODED)
+def test_bytes_that_are_not_utf8_read_as_javas_decoder_replaces_them(data, java):
+    assert LineFormat().records(data + b"\n").to_pylist() == [java]
+    assert LineFormat(wholetext=True).records(data).to_pylist() == [java]
+
+
+def test_a_checkpoint_counted_with_rules_1_reads_its_upper_case_gz_as_counted_and_new_ones_decompressed(tmp_path):
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+    raw = gzip.compress(b"g1\ng2\n", mtime=0)
+    write(inp / "r" / "old.GZ", raw)
+    st = (inp / "r" / "old.GZ").stat()
+    counted = LineFormat().for_rules(1).count(raw)  # the raw bytes' lines, as regional counted them then
+    Store(ck).source_log("files").write_snapshot({
+        "source": "files", "path": str(inp), "rules": 1, "format": {"lineSep": None, "wholetext": False},
+        "regions": {"r": {"end": counted, "next": 1, "files": [[0, "old.GZ", 0, counted, len(raw), st.st_ino,
+                                                                   st.st_mtime_ns, hashlib.sha256(raw).hexdigest()[:32],
+                                                                   False]]}}})
+    commit(ck, 0, {"r": 0})
+    write(inp / "r" / "new.GZ", gzip.compress(b"n1\n", mtime=0))
+    s = source(inp, ck)
+    assert s.available(1) == {"r": counted + 1}
+    assert read_all(s, "r", counted, counted + 1) == ["n1"]
+    assert len(read_all(s, "r", 0, counted)) == counted  # as counted: its offsets keep naming the same records
+    s2 = source(inp, ck)  # a restart: the manifest it wrote since keeps each file's rules
+    assert s2.available(2) == {"r": counted + 1}
+    assert len(read_all(s2, "r", 0, counted + 1)) == counted + 1
+
+
+def test_an_upper_case_compressed_rotation_is_a_rotation():
+    from regional.inputs.files.manifest import rotation_of
+
+    assert rotation_of("app.log", "app.log.2.GZ") and rotation_of("x.log", "x.log.Bz2")
+    assert not rotation_of("app.log", "other.log.GZ")

@@ -17,8 +17,11 @@ What is read
   ``recursiveFileLookup=true`` is given: Spark's own option for reading nested files without partition columns.
 - **Records.** Line breaks are ``\\n``, ``\\r\\n`` and a lone ``\\r`` (Hadoop's ``LineReader``), or ``lineSep``;
   a UTF-8 byte-order mark at a file's start is dropped; a last line without a break is a record; an empty file
-  holds none; ``wholetext=true`` makes each file one record. Bytes that are not UTF-8 read as U+FFFD.
-- **Compressed files**, by extension, as Hadoop's codecs: ``.gz``, ``.bz2``, ``.zst``, ``.lz4``, ``.snappy``
+  holds none; ``wholetext=true`` makes each file one record. A ``lineSep`` is found from a file's start (one that
+  overlaps itself, ``"||"``, splits as Spark's). Bytes that are not UTF-8 read as U+FFFD, one per malformed
+  sequence as Java's decoder gives Spark (a UTF-8-encoded surrogate is one).
+- **Compressed files**, by extension in any case (``.GZ``, as Spark), as Hadoop's codecs: ``.gz``, ``.bz2``,
+  ``.zst``, ``.lz4``, ``.snappy``
   (Hadoop's block framing, as Spark writes them), ``.deflate``. Offsets count decompressed lines. A compressed
   file that is a rotation of a known file (the same directory and name once the codec's extension and a
   rotation number are taken off: ``app.log.1`` and ``app.log.2.gz``, ``x.log`` and ``x.log.gz``) and holds its

@@ -1,16 +1,20 @@
 """``source=files``: a file's records, as Spark's text source reads them (``spark.read.text``).
 
-- **Codecs** by the file's extension, as Hadoop's ``CompressionCodecFactory`` picks them: ``.gz`` (gzip),
+- **Codecs** by the file's extension in any case (``.gz``, ``.GZ``), as Spark picks them: ``.gz`` (gzip),
   ``.bz2`` (bzip2), ``.zst`` (zstd), ``.lz4`` and ``.snappy`` (Hadoop's block framing around raw LZ4 and Snappy
   blocks: what Spark writes with ``compression=lz4`` or ``snappy``, not the LZ4 frame or Snappy framing format),
   ``.deflate`` (zlib). Records and offsets count decompressed lines.
 - **Line breaks** as Hadoop's ``LineReader``: ``\\n``, ``\\r\\n`` and a lone ``\\r`` each end a line (a
   ``\\r`` at the end of a read buffer followed by ``\\n`` is one break); a last line without a break is a
-  record; an empty file holds none. With ``lineSep``, only that string ends a line.
+  record; an empty file holds none. With ``lineSep``, only that string ends a line: found from the file's start,
+  each occurrence after the last one (``"||"`` splits ``"a|||"`` into ``a`` and ``|``); a file ending in it has no
+  empty last record.
 - A UTF-8 byte-order mark at the start of a file is dropped (elsewhere it is part of the line), as Hadoop's
   ``LineRecordReader`` does.
 - ``wholetext``: a file is one record.
-- Bytes that are not UTF-8 read as U+FFFD (what Spark's strings show for them too).
+- Bytes that are not UTF-8 read as U+FFFD, one for each malformed sequence Java's UTF-8 decoder replaces (what
+  Spark's strings show): as Python's ``errors="replace"``, except that a UTF-8-encoded surrogate (``ED A0 80``) is
+  one U+FFFD, not three.
 
 The driver counts a file's records from its bytes read in chunks, once (with its SHA-256); a task reads the
 whole file and splits it with Arrow. The two must agree: ``LineFormat.count`` and ``LineFormat.records``.
@@ -19,6 +23,7 @@ whole file and splits it with Arrow. The two must agree: ``LineFormat.count`` an
 from __future__ import annotations
 
 import bz2
+import codecs
 import gzip
 import hashlib
 import zlib
@@ -30,13 +35,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from regional.inputs.files.manifest import short_digest
+from regional.inputs.files.manifest import RULES, short_digest
 
 BOM = b"\xef\xbb\xbf"
 NEWLINE = ord("\n")
 CARRIAGE_RETURN = ord("\r")
 COUNT_SLICE = 1 << 20
-# Extension -> codec, as Hadoop's CompressionCodecFactory matches them (by the name's end, case-sensitive).
+# Extension -> codec, matched at the name's end in any case, as Spark's text source picks them (checked with Spark
+# 4.2: ``f.GZ``, ``f.Bz2``, ``f.ZST`` and ``f.DEFLATE`` are read decompressed). Files counted with manifest rules
+# 1 matched them case-sensitively, and are read so for ever.
 CODECS = {".gz": "gzip", ".bz2": "bzip2", ".zst": "zstd", ".lz4": "lz4", ".snappy": "snappy", ".deflate": "deflate"}
 
 
@@ -44,8 +51,9 @@ class CorruptFile(ValueError):
     """A compressed file that does not decompress as its extension says."""
 
 
-def codec_of(name: str) -> str | None:
-    return next((codec for ext, codec in CODECS.items() if name.endswith(ext)), None)
+def codec_of(name: str, rules: int = RULES) -> str | None:
+    end = name if rules < 2 else name.lower()
+    return next((codec for ext, codec in CODECS.items() if end.endswith(ext)), None)
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,14 @@ class LineFormat:
     wholetext: bool = False
     legacy: bool = False  # files counted before issue 46 (manifest rules 0): ``\n`` ends a line, a ``\r`` before it
     # is dropped; nothing else (no lone ``\r``, no byte-order mark, no codec)
+    rules: int = RULES  # 1: codecs' extensions in lower case only, and a lineSep at a file's end taken off before
+    # splitting (``"a|||"`` with ``"||"``: ``a|``); 2: as Spark (``manifest.RULES``)
+
+    def for_rules(self, rules: int) -> LineFormat:
+        """This format as a file counted with manifest rules ``rules`` is read."""
+        if rules == 0:
+            return LEGACY
+        return self if rules == self.rules else LineFormat(self.line_sep, self.wholetext, rules=rules)
 
     def describe(self) -> str:
         if self.wholetext:
@@ -85,7 +101,9 @@ class LineFormat:
             return counter.records()
         sep = self.line_sep.encode("utf-8")
         view = data[start:] if start else data
-        return view.count(sep) + (not view.endswith(sep))
+        if self.rules < 2:
+            return view.count(sep) + (not view.endswith(sep))
+        return view.count(sep) + (not _ends_with_separator(view, sep))
 
     def records(self, data: bytes) -> pa.Array:
         """``data``'s records, as a string array."""
@@ -105,14 +123,19 @@ class LineFormat:
                 data = data[start:].replace(b"\r\n", b"\n").replace(b"\r", b"\n")
                 start = 0
         sep_bytes = sep.encode("utf-8")
-        end = len(data) - len(sep_bytes) if data.endswith(sep_bytes) and len(data) - len(sep_bytes) >= start \
-            else len(data)
-        return _strings(data, start, end, sep)
+        if self.rules < 2 or self.line_sep is None:  # (Hadoop's breaks: \n overlaps nothing, the same either way)
+            end = len(data) - len(sep_bytes) if data.endswith(sep_bytes) and len(data) - len(sep_bytes) >= start \
+                else len(data)
+            return _strings(data, start, end, sep)
+        # Split the whole file, then drop the empty piece after a separator that ends it: a separator that can
+        # overlap itself ("||", "\n\n") is found from the start, so the file's last bytes need not be one
+        lines = _strings(data, start, len(data), sep)
+        return lines.slice(0, len(lines) - 1) if len(lines) and not lines[-1].as_py() else lines
 
     def fingerprint(self, name: str, chunks: Iterable[bytes]) -> tuple[int, int, str, tuple[int, str] | None]:
         """A file's size, records, short SHA-256 and (compressed files) decompressed size and SHA-256, from its
         bytes in chunks, read once: on local disk and on object storage alike."""
-        codec = None if self.legacy else codec_of(name)
+        codec = None if self.legacy else codec_of(name, self.rules)
         if codec is None and self.line_sep is None and not self.wholetext and not self.legacy:
             return _size_lines_digest(chunks)
         h = hashlib.sha256()
@@ -128,7 +151,7 @@ class LineFormat:
 
     def decoded(self, name: str, raw: bytes) -> pa.Array:
         """In the task: the records of a file whose bytes are ``raw``."""
-        codec = None if self.legacy else codec_of(name)
+        codec = None if self.legacy else codec_of(name, self.rules)
         return self.records(raw if codec is None else decompress(codec, raw))
 
 
@@ -197,13 +220,49 @@ def lone_carriage_returns(chunk: bytes) -> int:
     return lone
 
 
+def _ends_with_separator(data: bytes, sep: bytes) -> bool:
+    """Whether the occurrences of ``sep`` found from ``data``'s start, each after the last (as ``bytes.count`` and
+    ``split`` find them), include one that ends ``data``. The occurrences overlapping the last one, one another in a
+    chain, are looked at from the chain's first: that one overlaps no earlier occurrence, so it is found."""
+    if not data.endswith(sep):
+        return False
+    k = len(sep)
+    first = len(data) - k
+    while first > 0:
+        earlier = data.rfind(sep, max(first - k + 1, 0), first - 1 + k)  # one starting in [first-k+1, first-1]
+        if earlier < 0:
+            break
+        first = earlier
+    at = first
+    while at < len(data) - k:
+        at = data.find(sep, at + k)
+        if at < 0:
+            return False
+    return at == len(data) - k
+
+
+def _java_replace(exc: UnicodeError) -> tuple[str, int]:
+    """Java's UTF-8 decoder's replacement (Spark's strings): one U+FFFD for each malformed sequence, as Python's
+    ``replace`` but for a UTF-8-encoded surrogate (``ED A0..BF``, then a continuation byte or not), which Java reads
+    as one sequence (Python as two or three)."""
+    assert isinstance(exc, UnicodeDecodeError)
+    data, at = exc.object, exc.start
+    if data[at] == 0xED and at + 1 < len(data) and 0xA0 <= data[at + 1] <= 0xBF:
+        return "\ufffd", at + 3 if at + 2 < len(data) and 0x80 <= data[at + 2] <= 0xBF else at + 2
+    return "\ufffd", exc.end
+
+
+JAVA_REPLACE = "regional-java-replace"
+codecs.register_error(JAVA_REPLACE, _java_replace)
+
+
 def _strings(data: bytes, start: int, end: int, sep: str | None) -> pa.Array:
     """``data[start:end]`` split at ``sep`` (None: not split) as a string array. Bytes that are not UTF-8 become
-    U+FFFD, as Python's ``errors="replace"`` makes them."""
+    U+FFFD, as Java's decoder replaces them (``_java_replace``)."""
     text = _utf8_as_arrow(data, start, end)
     if text is None:  # not UTF-8: Python's decoder replaces what it cannot read. (2 GiB and more: no Arrow string
         # array holds it, and this raises ArrowCapacityError, as before; the region falls back and is retried.)
-        text = pa.array([data[start:end].decode("utf-8", errors="replace")], pa.string())
+        text = pa.array([data[start:end].decode("utf-8", errors=JAVA_REPLACE)], pa.string())
     return text if sep is None else pc.list_flatten(pc.split_pattern(text, sep))
 
 

@@ -19,10 +19,12 @@ SCHEMA = pa.schema([("region", pa.string()), ("offset", pa.int64()), ("value", p
 SCHEMA_DDL = "region STRING, offset BIGINT, value STRING"
 DIGEST_CHARS = 32  # 128 bits of SHA-256: identity, not security
 # How a file's records were counted: 0, before issue 46 (``\n`` and ``\r\n`` only, no byte-order mark dropped, no
-# codec); 1, as Spark's text source (``lines.LineFormat``). A file keeps the rules it was counted with for ever,
-# or its offsets would name other records. Manifest records written with rules 1 say so ("rules": 1); a file
-# in one written before says nothing, and is a file of rules 0.
-RULES = 1
+# codec); 1, as Spark's text source (``lines.LineFormat``) but for codecs' extensions in upper case (read as they
+# are) and a lineSep that can overlap itself at a file's end; 2, as Spark's text source in these too (issue 59).
+# A file keeps the rules it was counted with for ever, or its offsets would name other records. Manifest records
+# written with rules 1 or later say so ("rules": 1); a file in one written before says nothing, and is a file of
+# rules 0.
+RULES = 2
 
 
 def batch_of(region: str, start: int, values: pa.Array) -> pa.RecordBatch:
@@ -181,8 +183,9 @@ def rotation_of(original: str, copy: str) -> bool:
     ``app.log.2.gz``; ``app.log-20261126`` and ``app.log-20261126.gz``; ``x.txt`` and ``x.txt.gz``). Only such a
     compressed copy of a known file is that file: other bytes alike are new input (a heartbeat)."""
     def stem(name: str) -> str:
-        for ext in (".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate"):
-            name = name.removesuffix(ext)
+        for ext in (".gz", ".bz2", ".zst", ".lz4", ".snappy", ".deflate"):  # in any case, as codecs are picked
+            if name.lower().endswith(ext):
+                name = name[:-len(ext)]
         return re.sub(r"\.\d+$", "", name)
 
     return stem(original) == stem(copy)

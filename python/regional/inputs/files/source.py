@@ -15,7 +15,7 @@ import pyarrow as pa
 from regional import failpoints
 from regional.errors import NEW_QUERY, RegionalConfigError, RegionalDataLossError, RegionalStoreError
 from regional.inputs.base import BATCH_ROWS, RegionInput, StoredInput
-from regional.inputs.files.lines import LEGACY, LineFormat
+from regional.inputs.files.lines import LineFormat
 from regional.inputs.files.manifest import (
     RULES,
     SCHEMA,
@@ -336,7 +336,7 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
             hi = min(end - span.first_offset, span.lines)
             if hi <= lo:
                 continue
-            lines = (self.format if span.rules == RULES else LEGACY).decoded(span.name, self._read_span(region, span))
+            lines = self.format.for_rules(span.rules).decoded(span.name, self._read_span(region, span))
             if len(lines) != span.lines:  # the driver counted other records: never publish a shifted range
                 raise RegionalDataLossError(
                     f"source=files: file {span.name!r} of region {region!r} holds {len(lines)} records when read, "
