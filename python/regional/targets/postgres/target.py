@@ -61,11 +61,12 @@ ROWS_INVALID = ("22", "23502")
 CHECK_VIOLATION = "23514"
 # About a row, but perhaps not for its own sake (``RowsRejected``: isolated, dead-lettered on evidence only, as a
 # UDF's unknown exception): the other integrity violations (a unique or foreign key: other rows), a trigger's
-# RAISE or ASSERT (P0001, P0004), row-level security or a privilege (42501), a row too large for an index (54000).
-ROWS_REFUSED = ("23", "P0001", "P0004", "42501", "54000")
+# RAISE or ASSERT (P0001, P0004), a row too large for an index (54000).
+ROWS_REFUSED = ("23", "P0001", "P0004", "54000")
 # Anything else is the target's failure (the region falls back, nothing is isolated): connection loss (08), the
 # server shutting down (57P01), insufficient resources (53), serialization failures and deadlocks (40), lock and
-# statement timeouts (55P03, 57014).
+# statement timeouts (55P03, 57014), a privilege (42501; row-level security refuses COPY itself, 0A000, whatever
+# the rows).
 
 
 def rows_verdict(sqlstate: str, constraint: str | None = None) -> type[RowsRejected] | None:
