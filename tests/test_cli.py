@@ -195,3 +195,6 @@ def test_status_and_timeline_refuse_a_path_that_is_not_a_regional_checkpoint(tmp
     assert not (tmp_path / "t.png").exists()
     started = run("status", str(regional_store))  # a regional query before its first epoch: a status, exit 0
     assert started.returncode == 0 and "a regional query with no epoch decided yet" in started.stdout, started.stderr
+    drawn = run("timeline", str(regional_store), "-o", str(tmp_path / "t.png"))  # nothing to draw yet: says so
+    assert drawn.returncode == 1 and drawn.stderr.startswith(f"regional: {regional_store} has no epoch records yet")
+    assert len(drawn.stderr.splitlines()) == 1 and "once its query has decided an epoch" in drawn.stderr

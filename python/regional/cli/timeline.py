@@ -70,7 +70,8 @@ def draw(st: QueryStatus, out: str | Path) -> Path:
     except ImportError:
         raise RegionalConfigError("the timeline needs matplotlib: pip install 'pyspark-regional[timeline]'") from None
     if not st.epochs:
-        raise RegionalConfigError(f"{st.checkpoint} has no epoch records yet: nothing to draw")
+        raise RegionalConfigError(f"{st.checkpoint} has no epoch records yet: nothing to draw. Draw it once its query "
+                                  "has decided an epoch (python -m regional status shows the newest)")
     labels, epochs, cells, lags, shares, per_row = outcome_grid(st)
     height = min(2 + 0.22 * len(labels), 18)
     fig, (grid_ax, lag_ax) = plt.subplots(1, 2, figsize=(12, height), sharey=True,
