@@ -131,3 +131,18 @@ def test_register_says_what_a_session_without_the_socket_setting_costs(caplog, m
     caplog.clear()
     session._check_python_sockets(spark_with({"spark.python.unix.domain.socket.enabled": "false"}))
     assert caplog.text == ""  # the user chose
+
+
+def test_the_connect_servers_default_master_leaves_an_attempt_to_quarantine_a_region():
+    """A Spark Connect server started with regional's defaults gives each task more attempts than regionAttempts:
+    under local[*] (one attempt) a poison record failed the whole query instead of quarantining its region."""
+    import re
+
+    from regional.protocol.settings import DEFAULTS
+    from regional.spark.connect import server_command
+
+    command = server_command()
+    master = command[command.index("--master") + 1]
+    attempts = re.fullmatch(r"local\[(?:\d+|\*),\s*(\d+)\]", master)
+    assert attempts is not None, master
+    assert int(attempts.group(1)) > int(DEFAULTS["regionAttempts"])

@@ -25,7 +25,7 @@ def spark_home() -> Path:
     return Path(pyspark.__file__).parent
 
 
-def server_command(master: str = "local[*]", host: str = "127.0.0.1", port: int = DEFAULT_PORT,
+def server_command(master: str = "local[2,3]", host: str = "127.0.0.1", port: int = DEFAULT_PORT,
                    conf: Mapping[str, str] | None = None) -> list[str]:
     """``spark-submit`` arguments that start a Spark Connect server on ``host:port`` with regional's conf
     merged into ``conf``. It listens on loopback unless ``host`` says otherwise: Spark Connect has no
@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> None:
 
     parser = argparse.ArgumentParser(prog="python -m regional.spark.connect",
                                      description="run a Spark Connect server with regional's shim and Delta")
-    parser.add_argument("--master", default="local[*]", help="the server's Spark master (default local[*])")
+    # local[*] would give each task one attempt: no attempt left to quarantine a failing region (regionAttempts=2).
+    parser.add_argument("--master", default="local[2,3]",
+                        help="the server's Spark master (default local[2,3]: three attempts per task)")
     parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the port (default {DEFAULT_PORT})")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="more Spark conf")
