@@ -87,7 +87,7 @@ def translate(pattern: str) -> str:
             elif e == "c":
                 if i + 2 >= n:
                     raise refuse(pattern, "\\c without a control character")
-                out.append(f"\\x{ord(pattern[i + 2]) ^ 64:02x}")
+                out.append(f"\\U{ord(pattern[i + 2]) ^ 64:08x}")
                 i += 3
             elif e == "0":  # Java: \0 then one to three octal digits (at most 0377)
                 m = re.match(r"[0-3][0-7]{0,2}|[0-7]{1,2}", pattern[i + 2:])
@@ -105,6 +105,12 @@ def translate(pattern: str) -> str:
                 except ValueError:
                     raise refuse(pattern, "a malformed \\x{...} escape") from None
                 out.append(re.escape(char) if not in_class else f"\\U{code:08x}")
+                i = end + 1
+            elif e == "N" and pattern.startswith("{", i + 2):  # a character by its Unicode name: the same in both
+                end = pattern.find("}", i + 3)
+                if end < 0:
+                    raise refuse(pattern, "an unclosed \\N{...} escape")
+                out.append(pattern[i:end + 1])
                 i = end + 1
             elif e == "k":
                 m = re.match(r"<([a-zA-Z][a-zA-Z0-9]*)>", pattern[i + 2:])
