@@ -141,22 +141,24 @@ def test_path_glob_filter_is_hadoops_glob_on_the_files_own_name(tmp_path):
     assert read_all(s, "r", 0, 2) == ["k", "s"]
 
 
-def test_a_compressed_copy_of_a_known_file_is_that_file_and_takes_its_place_once_it_is_gone(tmp_path, caplog):
+@pytest.mark.parametrize("ext", [".gz", ".GZ"])
+def test_a_compressed_copy_of_a_known_file_is_that_file_and_takes_its_place_once_it_is_gone(tmp_path, caplog, ext):
     """logrotate's compress + delaycompress: app.log.2.gz holds app.log.2's bytes; the original is deleted after.
-    Its unpublished records are read from the .gz, and nothing is read twice."""
+    Its unpublished records are read from the .gz, and nothing is read twice (an upper-case .GZ too: issue 59)."""
     inp, ck = tmp_path / "in", tmp_path / "ck"
     text = b"l0\nl1\r\nl2\rl3\n"
     write(inp / "r" / "app.log.2", text)
     s = source(inp, ck)
     assert s.available(0) == {"r": 4}
     commit(ck, 0, {"r": 2})  # l0, l1 published; l2, l3 not yet
-    write(inp / "r" / "app.log.2.gz", gzip.compress(text))
+    write(inp / "r" / f"app.log.2{ext}", gzip.compress(text))
     assert s.available(1) == {"r": 4}  # both there: the .gz is app.log.2, not new input
-    assert "app.log.2.gz" in caplog.text and "not read twice" in caplog.text
+    assert f"app.log.2{ext}" in caplog.text and "not read twice" in caplog.text
     (inp / "r" / "app.log.2").unlink()
     assert s.available(2) == {"r": 4}
     assert s.available(3) == {"r": 4}  # no loss reported: the .gz holds the offsets
-    assert [(f.name, f.first_offset, f.lines) for f in s.manifest()["r"].files.values()] == [("app.log.2.gz", 0, 4)]
+    assert [(f.name, f.first_offset, f.lines) for f in s.manifest()["r"].files.values()] == [(f"app.log.2{ext}", 0,
+                                                                                                4)]
     assert read_all(s, "r", 2, 4) == ["l2", "l3"]
     write(inp / "r" / "other.gz", gzip.compress(b"new\n"))  # any other compressed file is new input
     assert s.available(4) == {"r": 5}
