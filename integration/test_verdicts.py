@@ -187,6 +187,18 @@ def test_postgres_tells_rows_refused_for_their_own_sake_from_rows_refused_otherw
         verdicts.probe(1, "a", rows(("a", 8, "two", 2)))
     with postgres.connect() as conn:
         assert conn.execute('SELECT "offset" FROM verdicts').fetchall() == [(7,)]
+        # a deferrable key cannot arbitrate ON CONFLICT: the probe defers it instead, and still runs the trigger
+        conn.execute("DELETE FROM verdicts_off; ALTER TABLE verdicts ADD CONSTRAINT value_key UNIQUE (value) "
+                     "DEFERRABLE")
+    assert verdicts.probe(1, "a", rows(("a", 7, "one", 1), ("a", 8, "two", 2))) is None
+    with pytest.raises(RowsRejected, match="SQLSTATE P0001"):
+        verdicts.probe(1, "a", rows(("a", 8, "refused", 1)))
+    with pytest.raises(RowsInvalid, match="SQLSTATE 23514"):
+        verdicts.probe(1, "a", rows(("a", 8, "bad", 1)))
+    with postgres.connect() as conn:
+        assert conn.execute('SELECT "offset" FROM verdicts').fetchall() == [(7,)]
+        assert conn.execute("SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                            "WHERE c.relname = 'verdicts'").fetchone() == (0,)
 
 
 def test_a_row_postgres_refuses_for_its_own_sake_is_dead_lettered_in_seconds(spark, postgres, dirs, tmp_path):

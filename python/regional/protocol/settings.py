@@ -70,7 +70,8 @@ _MEANINGS = {
     "deadLetterRetryBackoff": "The least time between two of those tries (e.g. `1m`): with the defaults, a record "
                               "keeps failing for at least 4 minutes before it is dead-lettered.",
     "deadLetterOn": "Exception classes that are the record's fault, a comma list (e.g. `ValueError, "
-                    "json.JSONDecodeError`): an isolated record whose every attempt alone failed with one of them is "
+                    "json.JSONDecodeError`): with dead letters on, an isolated record whose every attempt alone "
+                    "failed with one of them is "
                     "dead-lettered at once, without neighbours' evidence or retries. A name matches a class of that "
                     "simple name whose module path begins with the name's (subclasses are not matched); "
                     "`regional.PoisonRecord` always is one.",
