@@ -154,10 +154,11 @@ def alone(settings: Settings, state: RegionState | None = None, epoch: int = 5):
     return plan, states
 
 
-def decided(plan, states, lines, cls=PY):
+def decided(plan, states, lines, cls=PY, neighbours_passed=False):
     from regional.store.model import EpochKind, EpochRecord
 
-    outcomes = {"a": RegionOutcome("a", Outcome.DEAD_LETTERED, 4, dead_letter=b"r"),
+    outcomes = {"a": RegionOutcome("a", Outcome.DEAD_LETTERED, 4, dead_letter=b"r",
+                                   neighbours_passed=neighbours_passed),
                 "b": RegionOutcome("b", Outcome.WRITTEN, 5, 5)}
     named = with_failure_causes(plan, outcomes, {0: failures(*lines, cls=cls)} if lines else {})
     return decide(plan, named, EpochRecord(plan.epoch - 1, EpochKind.GLOBAL, {}, {}, states), now=1_000.0)
@@ -183,6 +184,11 @@ def test_a_named_outage_is_never_dead_lettered_even_on_a_full_sandwich():
     a = record.regions["a"]
     assert not record.dead_lettered and a.committed_offset == 3 and a.alone_since is None and a.alone_waits == 1
     assert "with ConnectionError, named by outageOn (ConnectionError): an outage, never dead-lettered" in a.reason
+    assert a.consecutive_failures == 1
+    # records beside it passing now: the region's progress, as for a failure alone that is no try (not counted)
+    plan, states = alone(ISOLATING, ripe)
+    a = decided(plan, states, ["ConnectionError: refused"] * 2, neighbours_passed=True).regions["a"]
+    assert a.consecutive_failures == 0 and a.probe_passed == 5 and a.alone_since is None
     # unnamed, the same evidence dead-letters it: the test above is about outageOn
     plan, states = alone(ISOLATING, ripe)
     assert decided(plan, states, ["TimeoutError: slow", "TimeoutError: slow"]).dead_lettered["a"].offset == 3

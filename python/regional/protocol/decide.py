@@ -449,7 +449,8 @@ def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapp
             continue  # the record's fault by its exception's class: dead-lettered on this first failure alone
         if outcome.verdict is not None:  # an outage by its exception's class: never dead-lettered, no evidence
             waits = state.alone_waits + 1
-            evidence[rr.region] = Evidence(state.failed_alone, now, None, passed, waits, False)
+            # As a failure alone that is no try: records beside it passing now is the region's progress.
+            evidence[rr.region] = Evidence(state.failed_alone, now, None, passed, waits, passed_now)
             checked[rr.region] = outcome._replace(status=Outcome.QUARANTINED, dead_letter=None, reason=(
                 f"offset {rr.start} failed alone on every attempt with {outcome.verdict.why}: an outage, never "
                 f"dead-lettered; tried again after {utc(now + suspect_backoff(waits))} ({cause})"))
