@@ -6,7 +6,8 @@
 - ``<!-- include: BENCHMARKS.md -->`` becomes that top-level file of the repository (its ``docs/`` links made
   relative to the site).
 - ``<!-- errors -->`` becomes the catalogue of every error regional raises, read from the source with ``ast``:
-  each ``raise Regional...Error(...)`` / ``raise RowsRejected(...)`` with its message, by module.
+  each ``raise Regional...Error(...)`` / ``raise RowsRejected(...)`` / ``raise RowsInvalid(...)`` with its message, by
+  module.
 
 ``examples()`` lists the Python examples of the pages, in the site's order, for the test that runs them
 (integration/test_docs_examples.py). A ``<!-- docs-test: ... -->`` line right before a block says what it needs:
@@ -117,7 +118,7 @@ def raised_errors(package: Path = PACKAGE) -> dict[str, list[tuple[str, str]]]:
                 continue
             func = node.exc.func
             name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-            if not (name.startswith("Regional") or name == "RowsRejected"):
+            if not (name.startswith("Regional") or name in ("RowsRejected", "RowsInvalid")):
                 continue
             message = _message(node.exc.args[0] if node.exc.args else None)
             entry = (name, message)

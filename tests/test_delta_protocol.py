@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 
 from regional.errors import RegionalConfigError
 from regional.targets import load_target
-from regional.targets.base import RowsRejected
+from regional.targets.base import RowsInvalid
 from regional.targets.delta import OPTIONS, sql
 from regional.targets.delta.features import REFUSED, SUPPORTED
 from support import QUERY
@@ -122,9 +122,9 @@ def test_a_row_breaking_a_check_constraint_is_refused_in_the_task_and_its_files_
                       configuration={"delta.constraints.good": "v > 0 AND k <> 'BAD'"})
     driver, task = driver_and_task(path, KV)
     ok = task.prepare(0, "a", iter([batch(["x", "y"], [1, 2])]))
-    with pytest.raises(RowsRejected, match=r"1 of 2 rows break the Delta table's CHECK constraint good"):
+    with pytest.raises(RowsInvalid, match=r"1 of 2 rows break the Delta table's CHECK constraint good"):
         task.prepare(0, "b", iter([batch(["x"], [1]), batch(["BAD", "z"], [1, 2])]))
-    with pytest.raises(RowsRejected, match="CHECK constraint good"):  # null is not true: refused, as Spark
+    with pytest.raises(RowsInvalid, match="CHECK constraint good"):  # null is not true: refused, as Spark
         task.prepare(0, "c", iter([batch(["x"], [None])]))
     assert sorted(p.name for p in path.glob("*.parquet")) == [ok["files"][0]["name"]]  # b's and c's: removed
     driver.commit(0, {"a": ok})
@@ -135,7 +135,7 @@ def test_a_nullable_column_into_a_not_null_one_is_checked_row_by_row(tmp_path):
     path = make_table(tmp_path / "t", [field("k", nullable=False), field("v", "long")], writer=2, reader=1)
     driver, task = driver_and_task(path, KV)
     handle = task.prepare(0, "a", iter([batch(["x"], [1])]))
-    with pytest.raises(RowsRejected, match="null in column 'k', which is NOT NULL"):
+    with pytest.raises(RowsInvalid, match="null in column 'k', which is NOT NULL"):
         task.prepare(0, "b", iter([batch([None], [1])]))
     driver.commit(0, {"a": handle})
     assert rows_of(path) == [{"k": "x", "v": 1}]
@@ -146,7 +146,7 @@ def test_an_invariant_is_checked_and_a_constraint_regional_cannot_evaluate_is_re
     path = make_table(tmp_path / "a", [field("k"), field("v", "long", **{"delta.invariants": invariant})],
                       writer=2, reader=1)
     _, task = driver_and_task(path, KV)
-    with pytest.raises(RowsRejected, match=r"invariant of v \(v < 10\)"):
+    with pytest.raises(RowsInvalid, match=r"invariant of v \(v < 10\)"):
         task.prepare(0, "a", iter([batch(["x"], [10])]))
     path = make_table(tmp_path / "b", [field("k"), field("v", "long")], writer=3, reader=1,
                       configuration={"delta.constraints.odd": "v % 2 = 1"})
@@ -162,7 +162,7 @@ def test_char_and_varchar_lengths_are_checked_in_characters(tmp_path):
     driver, task = driver_and_task(path, KV)
     ok = task.prepare(0, "a", iter([batch(["é😀x", None, ""], [1, 2, 3])]))
     for long in ("abcd", "ab  "):
-        with pytest.raises(RowsRejected, match=r"length limit of k \(varchar\(3\)\)"):
+        with pytest.raises(RowsInvalid, match=r"length limit of k \(varchar\(3\)\)"):
             task.prepare(0, "b", iter([batch([long], [1])]))
     driver.commit(0, {"a": ok})
     assert len(rows_of(path)) == 3
@@ -198,7 +198,7 @@ def test_a_generated_column_left_out_is_computed_and_one_written_is_checked(tmp_
     both = pa.schema([("k", pa.string()), ("vlen", pa.int32())])
     _, task = driver_and_task(path, both)
     task.prepare(1, "a", iter([pa.record_batch({"k": ["ab"], "vlen": pa.array([2], pa.int32())})]))
-    with pytest.raises(RowsRejected, match="generated column vlen"):
+    with pytest.raises(RowsInvalid, match="generated column vlen"):
         task.prepare(1, "a", iter([pa.record_batch({"k": ["ab"], "vlen": pa.array([3], pa.int32())})]))
 
 

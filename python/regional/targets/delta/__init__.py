@@ -26,7 +26,7 @@ delta-spark writes them: an empty string is null.
 The table's protocol is honoured or the table refused (``features``): at ``open`` (and again at each commit) every
 table feature is either written with its rules or refused by name before anything is staged. The rules travel
 to the tasks (``rows``): CHECK constraints, invariants and NOT NULL columns are checked on the rows (a row that
-breaks one is refused with ``RowsRejected``: quarantined and, with dead letters on, dead-lettered, never
+breaks one is refused with ``RowsInvalid``: quarantined and, with dead letters on, dead-lettered, never
 published), generated columns are computed or checked, and under column mapping the files hold the physical
 column names and field ids. A table with none of these costs the tasks nothing more.
 """
@@ -165,7 +165,7 @@ class DeltaTarget(Target[dict[str, Any] | None]):
             for batch in chain_first(first, batches):
                 batch = batch.cast(query) if relabel else batch
                 if rules is not None:
-                    batch = rules.apply(batch)  # RowsRejected for a row that breaks a rule: nothing is kept
+                    batch = rules.apply(batch)  # RowsInvalid for a row that breaks a rule: nothing is kept
                 for values, rows in _by_partition(batch, parts):
                     outs = staged.setdefault(values, [])
                     data = rows.select([i for i in range(rows.num_columns) if i not in parts]) if parts else rows

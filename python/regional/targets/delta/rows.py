@@ -2,7 +2,7 @@
 
 Generated columns the query leaves out are computed, and those it writes are checked (``col <=> expression``, as
 delta-spark checks them); CHECK constraints, invariants and NOT NULL columns are checked, and a row that breaks
-one is refused (``RowsRejected``: the rows' failure, never published). Column mapping: the file's columns get the
+one is refused (``RowsInvalid``: the rows' own failure, never published). Column mapping: the file's columns get the
 table's physical names and field ids (``PARQUET:field_id``), structs' fields too.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from regional.targets.base import RowsRejected
+from regional.targets.base import RowsInvalid
 from regional.targets.delta import sql
 from regional.targets.delta.features import Rules, compile_check, compile_generated
 
@@ -48,7 +48,10 @@ class RowRules:
         return schema
 
     def apply(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """The batch with its generated columns, or RowsRejected for its first row that breaks a rule."""
+        """The batch with its generated columns, or ``RowsInvalid`` for its first row that breaks a rule. A NOT NULL
+        column or a CHECK constraint is a function of the row alone (Delta refuses non-deterministic constraints),
+        so a row that breaks one is the row's fault: the target's verdict, dead-lettered once isolated, without
+        waiting for evidence (docs/dead-letters.md, "Your own verdict")."""
         rows = batch.num_rows
         columns: dict[str, Any] = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
         for f in self.missing:
@@ -60,13 +63,13 @@ class RowRules:
         for name in self.not_null:
             nulls = batch.column(name).null_count
             if nulls:
-                raise RowsRejected(f"{nulls} of {rows} rows have null in column {name!r}, which is NOT NULL in "
+                raise RowsInvalid(f"{nulls} of {rows} rows have null in column {name!r}, which is NOT NULL in "
                                    "the Delta table: they are refused (as delta-spark refuses them)")
         for what, text, expr in self.checks:
             held = sql.holds(expr, columns, rows)
             broken = rows - pc.sum(held).as_py() if rows else 0
             if broken:
-                raise RowsRejected(f"{broken} of {rows} rows break the Delta table's {what} ({text}): they are "
+                raise RowsInvalid(f"{broken} of {rows} rows break the Delta table's {what} ({text}): they are "
                                    "refused (as delta-spark refuses them)")
         return batch
 
