@@ -234,3 +234,51 @@ def test_each_file_dictionary_encodes_only_the_columns_whose_values_repeat(tmp_p
         meta = pq.ParquetFile(file).metadata
         assert all(any("DICTIONARY" in e for e in meta.row_group(0).column(i).encodings)
                    for i in range(meta.num_columns)), name
+
+
+def test_merge_schema_keeps_the_tables_not_null_columns_and_their_metadata(tmp_path):
+    """Issue 59, item 1: delta-rs's merge mode made the NOT NULL column nullable (the rows' column is)."""
+    from deltalake import Field, Schema
+    from deltalake.schema import PrimitiveType
+
+    DeltaTable.create(str(tmp_path / "t"), Schema([
+        Field("a", PrimitiveType("integer"), nullable=False, metadata={"comment": "the key"}),
+        Field("value", PrimitiveType("string"), nullable=True)]))
+    wider = pa.schema([("a", pa.int32()), ("value", pa.string()), ("n", pa.int64())])
+    driver = load_target({"target": "delta", "path": str(tmp_path / "t"), "queryid": QUERY, "mergeschema": "true"})
+    driver.open(wider)
+    task = load_target({"target": "delta", "path": str(tmp_path / "t"), "queryid": QUERY, "mergeschema": "true",
+                        **driver.task_options()})
+    rows = pa.record_batch({"a": pa.array([1], pa.int32()), "value": ["x"], "n": [7]}, schema=wider)
+    driver.commit(0, {"a": task.prepare(0, "a", iter([rows]))})
+    fields = {f.name: f for f in DeltaTable(str(tmp_path / "t")).schema().fields}
+    assert (fields["a"].nullable, fields["a"].metadata) == (False, {"comment": "the key"})
+    assert fields["n"].nullable and fields["value"].nullable
+
+
+def test_hives_name_for_null_is_a_null_partition_value_as_delta_spark_logs_it(tmp_path):
+    """Issue 59, item 2: '__HIVE_DEFAULT_PARTITION__' was logged as that string."""
+    from deltalake import write_deltalake
+
+    write_deltalake(str(tmp_path / "t"), pa.table({"value": ["seed"], "day": ["d0"]}), partition_by=["day"])
+    driver = target(tmp_path)
+    driver.open(pa.schema([("value", pa.string()), ("day", pa.string())]))
+    task = load_target({"target": "delta", "path": str(tmp_path / "t"), "queryid": QUERY, **driver.task_options()})
+    handle = task.prepare(0, "a", iter([pa.record_batch({"value": ["x", "y"],
+                                                         "day": ["__HIVE_DEFAULT_PARTITION__", "d1"]})]))
+    assert sorted(str(f["partition"]["day"]) for f in handle["files"]) == ["None", "d1"]
+
+
+def test_commit_info_carries_delta_sparks_streaming_metrics_and_isolation(tmp_path):
+    """Issue 59, item 3: DESCRIBE HISTORY showed nulls for regional's commits."""
+    t = target(tmp_path)
+    handles = {r: t.prepare(3, r, batches(r, 0, 2)) for r in ("a", "b")}
+    t.commit(3, handles)
+    last = DeltaTable(str(tmp_path / "t")).history(1)[0]
+    size = sum(f["size"] for h in handles.values() for f in h["files"])
+    assert last["operationMetrics"] == {"numAddedFiles": "2", "numRemovedFiles": "0", "numFiles": "2",
+                                        "numOutputRows": "4", "numOutputBytes": str(size)}
+    assert (last["isBlindAppend"], last["isolationLevel"], last["readVersion"]) == (True, "Serializable",
+                                                                                   last["version"] - 1)
+    assert {k: last["operationParameters"][k] for k in ("outputMode", "queryId", "epochId")} == {
+        "outputMode": "Append", "queryId": QUERY, "epochId": "3"}

@@ -21,7 +21,7 @@ delta-rs's merge mode: delta-rs adds no schema to an append of files already wri
 nullable columns out (they read as null), as delta-spark's option does; type changes are still refused. A
 partitioned table's partition columns go into each file's partition values, never into the file: ``open`` hands
 them to the tasks (``task_options``), which write one file per partition value. Partition values are written as
-delta-spark writes them: an empty string is null.
+delta-spark writes them: an empty string, and ``__HIVE_DEFAULT_PARTITION__``, is null.
 
 The table's protocol is honoured or the table refused (``features``): at ``open`` (and again at each commit) every
 table feature is either written with its rules or refused by name before anything is staged. The rules travel
@@ -67,6 +67,7 @@ RULES_OPTION = "regional.deltarules"  # set by open() for the tasks when the tab
 STATS_OPTION = "regional.deltastats"  # set by open() for the tasks: the table's indexed columns (stats.spec)
 # Delta types a partition value is written for (as Delta spells them: the value's text, e.g. 2024-01-31).
 PARTITION_TYPES = {"string", "long", "integer", "short", "byte", "boolean", "date"}
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # a partition value of this text is null, as delta-spark logs it
 _EPOCH_DIR = re.compile(r"^e(\d+)$")
 
 
@@ -213,6 +214,15 @@ class DeltaTarget(Target[dict[str, Any] | None]):
         custom: dict[str, Any] = {"regional": _report_metadata(epoch, self.query_id, report)}
         if self.user_metadata is not None:  # commitInfo.userMetadata, as delta-spark's option puts it
             custom["userMetadata"] = self.user_metadata
+        # What delta-spark's streaming append says of its commit (DESCRIBE HISTORY shows it): an append that read
+        # no data, at the table's version it was checked against. delta-rs names the operation itself ("WRITE",
+        # with its own mode and partitionBy parameters) and refuses to have it set; the query's own parameters
+        # are added to them.
+        custom.update({"operationParameters": {"outputMode": "Append", "queryId": self.query_id,
+                                               "epochId": str(epoch)},
+                       "isBlindAppend": True, "isolationLevel": "Serializable"})
+        if table is not None:
+            custom["readVersion"] = table.version()
         properties = CommitProperties(custom_metadata=custom, app_transactions=[Transaction(self.app_id, epoch)])
         if table is not None and staged and not self.dead_letters:  # a dead-letter table was checked above
             # The table as it is now, not as open() saw it: another writer may have changed it since.
@@ -235,6 +245,15 @@ class DeltaTarget(Target[dict[str, Any] | None]):
         adds = [AddAction(f["name"], int(f["size"]), f.get("partition", {}), now, True,
                           f.get("stats") or f'{{"numRecords":{int(f["rows"])}}}')  # a handle of before stats
                 for h in staged for f in _files_of(h)]
+        files = [f for h in staged for f in _files_of(h)]
+        # delta-spark's streaming append's metrics (its STREAMING UPDATE's, and numFiles, its WRITE's), as strings
+        # as it writes them; delta-rs writes none here.
+        custom["operationMetrics"] = {"numAddedFiles": str(len(files)), "numRemovedFiles": "0",
+                                      "numFiles": str(len(files)),
+                                      "numOutputRows": str(sum(int(f["rows"]) for f in files)),
+                                      "numOutputBytes": str(sum(int(f["size"]) for f in files))}
+        custom["readVersion"] = table.version()  # a table this commit created: the version it created
+        properties = CommitProperties(custom_metadata=custom, app_transactions=[Transaction(self.app_id, epoch)])
         table.create_write_transaction(adds, mode="append", schema=table.schema(), commit_properties=properties)
 
     def _check_rules(self, epoch: int, staged: list[dict[str, Any]], table: Any) -> None:
@@ -254,7 +273,8 @@ class DeltaTarget(Target[dict[str, Any] | None]):
         which puts the new schema and the rows in one transaction. Once per schema change."""
         from deltalake import write_deltalake
 
-        types = {f.name: f.type for f in _arrow_schema(table)}
+        have = {f.name: f for f in _arrow_schema(table)}
+        types = {name: f.type for name, f in have.items()}
         parts: list[str] = list(table.metadata().partition_columns)
         pieces = []
         for handle in staged:
@@ -266,9 +286,13 @@ class DeltaTarget(Target[dict[str, Any] | None]):
                     data = data.append_column(column, values)
                 pieces.append(data)
         rows = pa.concat_tables(pieces, promote_options="default")
-        # New columns are added nullable, as delta-spark's mergeSchema adds them: older rows have no value.
-        rows = rows.cast(pa.schema([f if f.name in types else f.with_nullable(True) for f in rows.schema],
-                                   rows.schema.metadata))
+        # New columns are added nullable, as delta-spark's mergeSchema adds them: older rows have no value. The
+        # table's columns keep their nullability, as delta-spark's merge keeps it (delta-rs's merge mode makes a
+        # column nullable when the rows' is): the rows were checked against the table's NOT NULLs in the tasks
+        # (a cast refuses a null left in one). Fields' metadata (comments, generation expressions) and the table's
+        # configuration (its constraints) are kept by delta-rs's merge.
+        rows = rows.cast(pa.schema([_as_in_table(f, have[f.name]) if f.name in have else f.with_nullable(True)
+                                    for f in rows.schema], rows.schema.metadata))
         write_deltalake(table, rows, mode="append",
                         schema_mode="merge", partition_by=parts or None, commit_properties=properties)
         for handle in staged:  # written again by the merge: never added, so no reader ever saw them
@@ -484,6 +508,13 @@ def _without_metadata(value: Any) -> Any:
     return value
 
 
+def _as_in_table(field: pa.Field, table: pa.Field) -> pa.Field:
+    """A column of the rows, with the table's nullability (nested fields' too: the table's type, which
+    ``compare_schemas`` found to be the rows' as Delta types)."""
+    kind = table.type if pa.types.is_nested(field.type) else field.type
+    return field.with_type(kind).with_nullable(table.nullable)
+
+
 def _describe(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name} {f.type}" for f in schema)
 
@@ -511,9 +542,12 @@ def _by_partition(batch: pa.RecordBatch, parts: list[int]) -> Iterator[tuple[tup
 
 
 def _empty_is_null(values: pa.Array) -> pa.Array:
-    if not pc.any(pc.equal(values, "")).as_py():
+    """An empty string, and Hive's name for null (``__HIVE_DEFAULT_PARTITION__``), are null: delta-spark writes
+    both into the partition directory's name as Hive's null, and logs them null."""
+    null = pc.is_in(values, pa.array(["", HIVE_NULL]))
+    if not pc.any(null).as_py():
         return values
-    return pc.if_else(pc.equal(values, ""), pa.scalar(None, pa.string()), values)
+    return pc.if_else(null, pa.scalar(None, pa.string()), values)
 
 
 def _held_files(table: Any) -> set[str]:
