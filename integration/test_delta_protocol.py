@@ -5,6 +5,7 @@ own inserts of the same rows; refused features leave the table as it was."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -183,15 +184,16 @@ def test_merge_schema_adds_a_non_nullable_column_nullable_as_delta_spark_does(sp
 
 def test_partition_values_are_written_as_delta_spark_writes_them(spark, tmp_path):
     """Issue 46, case 5: an empty-string partition value was kept as ''. Strings (empty, null, spaces and
-    slashes), dates, booleans and integers: the add actions' partition values equal delta-spark's own."""
+    slashes, Hive's name for null: issue 59, item 2), dates, booleans and integers: the add actions' partition
+    values equal delta-spark's own, as logged."""
     ours, theirs, ck = tmp_path / "ours", tmp_path / "theirs", tmp_path / "ck"
     for table in (ours, theirs):
         create(spark, table, "region STRING, offset BIGINT, value STRING, s STRING, d DATE, b BOOLEAN, n INT",
                "PARTITIONED BY (s, d, b, n)")
     o = F.col("offset")
     columns = {"value": F.col("value"),
-               "s": F.element_at(F.array(F.lit(""), F.lit(None).cast("string"), F.lit("a b/c=d"), F.lit("x")),
-                                 (o % 4 + 1).cast("int")),
+               "s": F.element_at(F.array(F.lit(""), F.lit(None).cast("string"), F.lit("a b/c=d"), F.lit("x"),
+                                         F.lit("__HIVE_DEFAULT_PARTITION__")), (o % 5 + 1).cast("int")),
                "d": F.when(o == 1, F.lit(None)).otherwise(F.date_add(F.lit("1969-12-30").cast("date"),
                                                                      o.cast("int"))),
                "b": F.when(o % 3 == 0, F.lit(None)).otherwise(o % 3 == 1),
@@ -206,6 +208,14 @@ def test_partition_values_are_written_as_delta_spark_writes_them(spark, tmp_path
 
     assert partition_values(ours) == partition_values(theirs)
     assert any(("partition.s", "None") in p for p in partition_values(ours))
+
+    def logged(table: Path) -> list[str]:  # the add actions' partitionValues as the log holds them
+        actions = [json.loads(line) for log in sorted((table / "_delta_log").glob("*.json"))
+                   for line in log.read_text().splitlines()]
+        return sorted({json.dumps(a["add"]["partitionValues"], sort_keys=True) for a in actions if "add" in a})
+
+    assert logged(ours) == logged(theirs)
+    assert not any("__HIVE_DEFAULT_PARTITION__" in p for p in logged(theirs)), logged(theirs)
 
 
 @pytest.mark.parametrize(("columns", "tail", "named"), [
@@ -259,3 +269,63 @@ def test_char_and_varchar_lengths_are_checked_as_delta_spark_checks_them(spark, 
     assert len(spark_rows(spark, ours)) == len(REGIONS) * (7 - len(bad))
     letters = DeltaTable(str(dlq)).to_pyarrow_table().to_pylist()
     assert sorted((r["region"], r["offset"]) for r in letters) == sorted((r, o) for r in REGIONS for o in bad)
+
+
+def test_merge_schema_keeps_the_tables_not_null_generated_columns_and_constraints_as_delta_spark_does(spark, tmp_path):
+    """Issue 59, item 1: a mergeSchema that added a column made the NOT NULL column `a` nullable (delta-rs's merge
+    mode), so every later writer could put a null into it. After regional's merge and delta-spark's on identical
+    tables, the two logs' schemas agree field by field (name, type, nullability, metadata: comment, generation
+    expression), as do the tables' properties (the CHECK constraint) and protocols; a later null `a` is refused
+    on both."""
+    ours, theirs, ck = tmp_path / "ours", tmp_path / "theirs", tmp_path / "ck"
+    for table in (ours, theirs):
+        create(spark, table, "region STRING, offset BIGINT, a INT NOT NULL COMMENT 'the key', v STRING, "
+                             "g INT GENERATED ALWAYS AS (a)")
+        spark.sql(f"ALTER TABLE delta.`{table}` ADD CONSTRAINT positive CHECK (a > 0)")
+    columns = {"a": (F.col("offset") + 1).cast("int"), "v": F.col("value"), "n": F.col("offset") * 10}
+    regional_run(spark, ck, ours, columns, 3, mergeSchema="true")
+    stock_write(spark, theirs, columns, 0, 3, mergeSchema="true")
+    assert spark_rows(spark, ours) == spark_rows(spark, theirs)
+    logged = [DeltaTable(str(t)).schema().to_json() for t in (ours, theirs)]
+    assert logged[0] == logged[1], logged
+    fields = [[(f.name, f.dataType, f.nullable, f.metadata) for f in spark.read.format("delta").load(str(t)).schema]
+              for t in (ours, theirs)]
+    assert fields[0] == fields[1] and ("n", fields[0][-1][1], True, {}) == fields[0][-1], fields
+    assert [f[2] for f in fields[0] if f[0] == "a"] == [False]
+    details = [spark.sql(f"DESCRIBE DETAIL delta.`{t}`").first() for t in (ours, theirs)]
+    assert details[0]["properties"] == details[1]["properties"] == {"delta.constraints.positive": "a > 0"}
+    assert [(d["minReaderVersion"], d["minWriterVersion"], sorted(d["tableFeatures"] or [])) for d in details[:1]] \
+        == [(d["minReaderVersion"], d["minWriterVersion"], sorted(d["tableFeatures"] or [])) for d in details[1:]]
+    for table in (ours, theirs):  # NOT NULL holds for every later writer (without the CHECK, which refuses a null)
+        spark.sql(f"ALTER TABLE delta.`{table}` DROP CONSTRAINT positive")
+        with pytest.raises(Exception) as refused:
+            spark.sql(f"INSERT INTO delta.`{table}` (region, offset, a, v, n) VALUES ('late', 9, NULL, 'x', 1)")
+        assert "NOT_NULL" in str(refused.value), str(refused.value)[:2000]
+
+
+def test_commit_info_says_what_delta_sparks_streaming_append_says(spark, tmp_path):
+    """Issue 59, item 3: DESCRIBE HISTORY showed nulls for regional's commits. delta-spark's own streaming append
+    (reading regional's table as its source, which delta-spark must be able to do) is the reference: the same
+    metrics (as strings), blind append, isolation level and a read version; the query's parameters. delta-rs names
+    the operation itself ("WRITE"), which regional cannot set."""
+    ours, theirs, ck, ck2 = tmp_path / "ours", tmp_path / "theirs", tmp_path / "ck", tmp_path / "ck2"
+    regional_run(spark, ck, ours, {"value": F.col("value")}, 3)
+    stock = (spark.readStream.format("delta").load(str(ours)).writeStream.format("delta")
+             .option("checkpointLocation", str(ck2)).trigger(availableNow=True).start(str(theirs)))
+    stock.awaitTermination(300)
+    assert stock.exception() is None
+    assert spark_rows(spark, ours) == spark_rows(spark, theirs)
+    last = [spark.sql(f"DESCRIBE HISTORY delta.`{t}`").orderBy(F.desc("version")).first() for t in (ours, theirs)]
+    assert last[1]["operation"] == "STREAMING UPDATE"
+    ours_metrics, their_metrics = last[0]["operationMetrics"], last[1]["operationMetrics"]
+    assert set(their_metrics) <= set(ours_metrics), (ours_metrics, their_metrics)
+    assert ours_metrics["numOutputRows"] == their_metrics["numOutputRows"] == str(len(REGIONS) * 3)
+    files = DeltaTable(str(ours)).get_add_actions(flatten=True)
+    assert ours_metrics["numAddedFiles"] == str(len(files)) and ours_metrics["numRemovedFiles"] == "0"
+    assert ours_metrics["numOutputBytes"] == str(sum(pa.table(files).column("size_bytes").to_pylist()))
+    for key in ("isBlindAppend", "isolationLevel"):
+        assert last[0][key] == last[1][key] and last[0][key] is not None, (key, last)
+    assert last[0]["readVersion"] == last[0]["version"] - 1
+    params = last[0]["operationParameters"]
+    assert params["outputMode"] == last[1]["operationParameters"]["outputMode"] == "Append", params
+    assert params["epochId"].isdigit() and params["queryId"], params
