@@ -62,3 +62,9 @@ def read_store_file(path, kind):
     from regional.store import files
 
     return files.decode(str(path), kind, path.read_bytes())
+
+
+def python_traceback(line: str) -> str:
+    """A Python worker's failure description, as the JVM shim records it, whose exception line is ``line``."""
+    frames = '  File "udf.py", line 1, in parse\n    return parse(v)\n'
+    return f"Traceback (most recent call last):\n{frames}{line.strip()}\n"

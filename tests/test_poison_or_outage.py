@@ -22,6 +22,7 @@ from regional.protocol.plan import PROBE_SPAN, EpochPlan, plan_epoch
 from regional.protocol.settings import Settings
 from regional.store import EpochRecord
 from regional.store.model import TaskFailure
+from support import python_traceback
 
 REGIONS = ("a", "b", "c", "d")
 ATTEMPTS = 2
@@ -304,7 +305,8 @@ class NamedRun(Run):
                     line = f"ConnectionError: {rr.region}'s service is down"
                 else:
                     break
-                failures.setdefault(i, []).append(TaskFailure(i, k, "1", PYTHON_EXCEPTION, line))
+                failure = TaskFailure(i, k, "1", PYTHON_EXCEPTION, line, python_traceback(line))
+                failures.setdefault(i, []).append(failure)
         self.epochs += 1
         return with_failure_causes(plan, outcomes_from_tasks(plan, self.tasks(plan)), failures)
 

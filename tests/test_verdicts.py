@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import builtins
 import traceback
 
 import pytest
@@ -24,6 +25,7 @@ from regional.protocol.settings import Settings, resolve_settings
 from regional.store.model import RegionState, TaskFailure
 from regional.targets.base import RowsInvalid, RowsRejected
 from regional.targets.postgres.target import rows_verdict
+from support import python_traceback
 
 PY = "org.apache.spark.api.python.PythonException"
 
@@ -31,6 +33,18 @@ PY = "org.apache.spark.api.python.PythonException"
 def line_of(exc: BaseException) -> str:
     """The exception line as the JVM shim keeps it: Python's last unindented traceback line."""
     return traceback.format_exception_only(type(exc), exc)[-1].strip()
+
+
+def raised(exc: BaseException) -> str:
+    """The traceback Python prints for ``exc`` raised (what a Python worker sends the JVM)."""
+    try:
+        raise exc
+    except BaseException as caught:
+        return "".join(traceback.format_exception(caught))
+
+
+def python_failure(attempt: int, description: str) -> TaskFailure:
+    return TaskFailure(0, attempt, "1", PY, description.strip().splitlines()[-1], description)
 
 
 class BadRecord(Exception):
@@ -51,7 +65,8 @@ class BadRecord(Exception):
     ("", None),
 ])
 def test_the_class_of_pythons_exception_line(line, cls):
-    assert failure_class(TaskFailure(0, 0, "1", PY, line)) == cls
+    assert failure_class(TaskFailure(0, 0, "1", PY, line, python_traceback(line))) == cls
+    assert failure_class(TaskFailure(0, 0, "1", PY, line)) is None  # no description (an older shim): nothing named
 
 
 def test_the_class_of_real_exception_lines_and_of_jvm_failures():
@@ -60,9 +75,9 @@ def test_the_class_of_real_exception_lines_and_of_jvm_failures():
     try:
         json.loads("{")
     except ValueError as exc:
-        assert failure_class(TaskFailure(0, 0, "1", PY, line_of(exc))) == "json.decoder.JSONDecodeError"
-    assert failure_class(TaskFailure(0, 0, "1", PY, line_of(BadRecord()))) == f"{__name__}.BadRecord"
-    assert failure_class(TaskFailure(0, 0, "1", PY, line_of(regional.PoisonRecord("a\nb")))) == \
+        assert failure_class(python_failure(0, raised(exc))) == "json.decoder.JSONDecodeError"
+    assert failure_class(python_failure(0, raised(BadRecord()))) == f"{__name__}.BadRecord"
+    assert failure_class(python_failure(0, raised(regional.PoisonRecord("a\nb")))) == \
         "regional.errors.PoisonRecord"  # its message is one line, so the shim keeps the class line
     assert failure_class(TaskFailure(0, 0, "1", "java.lang.ArithmeticException", "/ by zero")) == \
         "java.lang.ArithmeticException"
@@ -122,7 +137,8 @@ ISOLATING = Settings(dead_letter_path="/dead", region_attempts=2, dead_letter_re
 
 
 def failures(*lines: str, cls: str = PY) -> list[TaskFailure]:
-    return [TaskFailure(0, k, "1", cls, line) for k, line in enumerate(lines)]
+    return [TaskFailure(0, k, "1", cls, line, python_traceback(line) if cls == PY else None)
+            for k, line in enumerate(lines)]
 
 
 def test_a_verdict_needs_every_attempt_to_agree_and_an_outage_needs_one():
@@ -233,3 +249,120 @@ def test_the_brake_still_applies_to_named_poison():
 ])
 def test_which_postgres_errors_are_about_the_row(state, constraint, kind):
     assert rows_verdict(state, constraint) is kind
+
+
+def test_the_targets_verdict_needs_records_beside_it_passing_the_target_in_the_same_epoch():
+    """The review's drain: a fault of the query or the table (a column left out, a rule changed by DDL) makes the
+    target refuse every row with RowsInvalid. Dead-lettered at once, each region would drain one record an epoch,
+    under the per-epoch brake. The target's verdict counts only while neighbours pass the same target now."""
+    plain = Settings(dead_letter_path="/dead", region_attempts=2, dead_letter_retries=4)
+    refused = [line_of(RowsInvalid("1 of 1 rows break the Delta table's CHECK constraint c"))] * 2
+    plan, states = alone(plain)
+    record = decided(plan, states, refused)
+    a = record.regions["a"]
+    assert not record.dead_lettered and a.committed_offset == 3
+    assert "the target's verdict needs records of its region beside it to pass the target" in a.reason
+    plan, states = alone(plain)
+    assert decided(plan, states, refused, neighbours_passed=True).dead_lettered["a"].offset == 3
+    # the user's own verdict needs no neighbours (a bad file has none): the user named the class
+    plan, states = alone(ISOLATING)
+    assert decided(plan, states, ["ValueError: bad"] * 2).dead_lettered["a"].offset == 3
+
+
+def test_a_target_refusing_every_row_drains_nothing_over_many_epochs():
+    """Replays plan and decide: three regions of 64 records, every row refused by the target (RowsInvalid), probes
+    refused alike (they run through the same target). Nothing is dead-lettered, whatever the epochs."""
+    from regional.store.model import EpochKind, EpochRecord
+
+    plain = Settings(dead_letter_path="/dead", region_attempts=2, dead_letter_retries=0)
+    refused = line_of(RowsInvalid("every row breaks the table's CHECK constraint c"))
+    states: dict[str, RegionState] = {}
+    previous = None
+    for epoch in range(120):
+        plan = plan_epoch(epoch, "q", "/ck", states, dict.fromkeys("abc", 64), plain, now=float(epoch * 1_000))
+        outcomes, failed = {}, {}
+        for i, rr in enumerate(plan.regions):  # every range fails on every attempt; the last attempt quarantines
+            status = Outcome.DEAD_LETTERED if rr.isolated else Outcome.QUARANTINED
+            outcomes[rr.region] = RegionOutcome(rr.region, status, rr.end if rr.isolated else rr.start,
+                                                dead_letter=b"r" if rr.isolated else None)
+            failed[i] = failures(refused, refused)
+        previous = decide(plan, with_failure_causes(plan, outcomes, failed), previous, now=float(epoch * 1_000))
+        states = dict(previous.regions)
+        assert not previous.dead_lettered, (epoch, previous.dead_lettered)
+    assert isinstance(previous, EpochRecord) and previous.kind in tuple(EpochKind)
+    assert all(s.committed_offset == 0 and s.dead_letters == 0 for s in states.values())
+
+
+def test_a_bare_name_never_names_a_jvm_failure():
+    """deadLetterOn=AssertionError is meant for Python's assert: java.lang.AssertionError (the JVM's) is not it, nor
+    does SparkException name a crashed Python worker. A JVM class is named by its fully qualified name only."""
+    s = Settings(dead_letter_path="/dead", region_attempts=2,
+                 dead_letter_on=("AssertionError", "NotImplementedError", "java.lang.ArithmeticException"))
+    assert verdict_of(s, failures("boom", "boom", cls="java.lang.AssertionError")) is None
+    assert verdict_of(s, failures("x", "x", cls="scala.NotImplementedError")) is None
+    assert verdict_of(s, failures("AssertionError: x", "AssertionError: y")).poison  # Python's own
+    assert verdict_of(s, failures("/ by zero", "/ by zero", cls="java.lang.ArithmeticException")).poison
+
+
+@pytest.mark.parametrize("name", ["Exception", "builtins.BaseException", "Py4JJavaError",
+                                  "org.apache.spark.SparkException", "PythonException", "java.lang.Throwable"])
+def test_a_name_every_failure_carries_is_refused_in_dead_letter_on(name):
+    with pytest.raises(RegionalConfigError, match="names every failure"):
+        resolve_settings({}, {"deadLetterOn": name}, {})
+    assert resolve_settings({}, {"outageOn": name}, {}).outage_on  # as an outage it only delays: allowed
+
+
+def test_a_class_is_read_only_where_the_traceback_leaves_no_doubt():
+    """The review: a message of several lines, a note or a traceback inside a message can end with another class's
+    line (``RuntimeError`` whose message ends "ValueError: ...", with deadLetterOn=ValueError: dead-lettered on its
+    first failure alone). The class is read from the whole traceback, and only where it is one line."""
+    upstream = RuntimeError("enrichment service answered 500:\nTraceback (most recent call last):\n"
+                            '  File "svc.py", line 9, in handle\nValueError: invalid literal for int()')
+    assert failure_class(python_failure(0, raised(upstream))) is None
+    assert failure_class(python_failure(0, raised(RuntimeError("upstream said:\nValueError: x")))) is None
+    noted = ConnectionResetError("reset by peer")
+    noted.add_note("ValueError: retry with backoff")
+    assert failure_class(python_failure(0, raised(noted))) is None
+    group = vars(builtins)["ExceptionGroup"]("two", [ValueError("a"), KeyError("b")])  # Python 3.11's
+    assert failure_class(python_failure(0, raised(group))) is None
+    # chained exceptions: the last raised is the class, as Python prints it
+    try:
+        try:
+            raise KeyError("k")
+        except KeyError as inner:
+            raise ValueError("bad record") from inner
+    except ValueError as outer:
+        assert failure_class(python_failure(0, raised(outer))) == "ValueError"
+    try:
+        try:
+            raise ValueError("v")
+        except ValueError:
+            raise ConnectionError("down") from None
+    except ConnectionError as suppressed:
+        assert failure_class(python_failure(0, raised(suppressed))) == "ConnectionError"
+    try:
+        try:
+            raise ValueError("v")
+        except ValueError:
+            raise ConnectionError("down")  # noqa: B904 - the implicit chain is the case
+    except ConnectionError as implicit:
+        assert failure_class(python_failure(0, raised(implicit))) == "ConnectionError"
+    # with deadLetterOn=ValueError, the RuntimeError above is no verdict: the evidence rule decides
+    s = Settings(dead_letter_path="/dead", region_attempts=2, dead_letter_on=("ValueError",))
+    assert verdict_of(s, [python_failure(k, raised(upstream)) for k in range(2)]) is None
+
+
+def test_the_class_of_a_description_as_spark_4_2_writes_it():
+    """What the shim records for a UDF's exception (ExceptionFailure.description of Spark 4.2.1's PythonException,
+    seen in a real run): the first traceback header follows Spark's own words on its line, and Spark's SQLSTATE
+    follows the exception line."""
+    spark_42 = ("[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback (most recent call "
+                "last):\n  File \"/site-packages/pyspark/python/lib/pyspark.zip/pyspark/worker.py\", line 3602, in main"
+                "\n    func, profiler, deserializer, serializer = read_udfs(\n"
+                "                                               ^^^^^^^^^^\n"
+                "  File \"/tmp/udf.py\", line 7, in parse\n    raise ValueError(f\"cannot parse {v}\")\n"
+                "ValueError: cannot parse 0\n SQLSTATE: 38000")
+    assert failure_class(python_failure(0, spark_42)) == "ValueError"
+    # a message of two lines in the same frame: no class
+    two = spark_42.replace("ValueError: cannot parse 0", "RuntimeError: upstream said:\nValueError: x")
+    assert failure_class(python_failure(0, two)) is None

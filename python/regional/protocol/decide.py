@@ -218,9 +218,12 @@ class Verdict(NamedTuple):
 
     poison: bool  # True: the record's fault, dead-lettered at once; False: an outage, never dead-lettered
     why: str  # the class and what named it, for the reason
+    # The target's verdict (``RowsInvalid``): trusted only while records beside it pass the same target in the same
+    # epoch, since a fault of the query or the table (a column left out, a rule changed) refuses every row alike.
+    by_target: bool = False
 
 
-# Python's exception line, as the JVM shim records it (the last line of the traceback that is not indented):
+# Python's exception line (``exception_line``):
 # ``ValueError: bad``, ``json.decoder.JSONDecodeError: Expecting value: ...``, ``mymodule.MyError`` (an empty
 # message), ``pkg.f.<locals>.MyError: ...`` (a class defined in a function). Anything else is no exception line.
 _PART = r"(?:[^\W\d][\w$]*|<locals>)"
@@ -230,14 +233,56 @@ _EXCEPTION_LINE = re.compile(rf"({_PART}(?:\.{_PART})*)(?::(?:\s.*)?)?", re.DOTA
 def failure_class(failure: TaskFailure) -> str | None:
     """The exception class one failed attempt raised, fully qualified as far as known. A Python worker's failure (a
     UDF, the regional source or sink) is the JVM's ``PythonException`` around Python's traceback: its class is that of
-    the exception line the shim kept, as Python prints it (``ValueError``, ``json.decoder.JSONDecodeError``). Any other
-    failure's class is the JVM's. None when the line is no exception line (then nothing can be named)."""
+    the traceback's exception line (``ValueError``, ``json.decoder.JSONDecodeError``), read from the failure's whole
+    description only where it leaves no doubt (``exception_line``). Any other failure's class is the JVM's. None
+    when nothing can be named: no description, or an ambiguous one (then the evidence rule decides)."""
     if not failure.exception_class.endswith("PythonException"):
         return failure.exception_class.strip() or None
-    found = _EXCEPTION_LINE.fullmatch(failure.message.strip())
+    line = exception_line(failure.description)
+    found = None if line is None else _EXCEPTION_LINE.fullmatch(line.strip())
     if found is None or found.group(1).endswith("<locals>"):
         return None
     return found.group(1)
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+_SPARK_SQLSTATE = re.compile(r"\s*SQLSTATE: \w+")
+# What Python prints between the tracebacks of chained exceptions: only after these is a second traceback Python's.
+_CHAINED = ("The above exception was the direct cause of the following exception:",
+            "During handling of the above exception, another exception occurred:")
+
+
+def exception_line(description: str | None) -> str | None:
+    """The exception line of a Python traceback, or None where it is in doubt. A message may hold anything, a line
+    that looks like another class's (``RuntimeError("upstream said:\nValueError: x")``), a traceback of its own,
+    notes (``add_note``): so every traceback header but the first must follow a chained-exception separator, and
+    after the last traceback's frames (indented) exactly one line may follow, the exception's."""
+    if not description:
+        return None
+    lines = [line.rstrip() for line in description.splitlines() if line.strip()]
+    if lines and _SPARK_SQLSTATE.fullmatch(lines[-1]):
+        lines.pop()  # Spark's error-class suffix after the traceback (`` SQLSTATE: 38000``)
+    # Spark's first line: ``[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback (...):``
+    headers = [i for i, line in enumerate(lines) if line.endswith(_TRACEBACK)]
+    if not headers or any(lines[i].startswith((" ", "\t")) for i in headers):
+        return None  # none, or an exception group's (indented): no single class
+    if any(lines[h].strip() != _TRACEBACK or lines[h - 1].strip() not in _CHAINED for h in headers[1:]):
+        return None  # a traceback inside a message
+    rest = lines[headers[-1] + 1:]
+    frames = 0
+    while frames < len(rest) and rest[frames].startswith((" ", "\t")):
+        frames += 1
+    block = rest[frames:]
+    return block[0] if frames and len(block) == 1 else None
+
+
+def names_failure(name: str, cls: str, failure: TaskFailure) -> bool:
+    """Whether the configured ``name`` names the class a failure raised: a Python worker's exception by
+    ``class_matches``, a JVM failure only by its fully qualified Java name (a bare ``AssertionError`` meant for
+    Python's ``assert`` must not name ``java.lang.AssertionError``, nor ``SparkException`` a crashed worker)."""
+    if failure.exception_class.endswith("PythonException"):
+        return class_matches(name, cls)
+    return name == cls
 
 
 def class_matches(name: str, cls: str) -> bool:
@@ -259,31 +304,32 @@ def verdict_of(settings: Settings, failures: Sequence[TaskFailure]) -> Verdict |
     if not settings.isolates:
         return None
     classes = [(f, failure_class(f)) for f in failures]
-    for _f, cls in classes:
+    for f, cls in classes:
         if cls is None:
             continue
         for name in settings.outage_on:
-            if class_matches(name, cls):
+            if names_failure(name, cls, f):
                 return Verdict(False, f"{cls}, named by outageOn ({name})")
-        if any(class_matches(name, cls) for name in ALWAYS_OUTAGE):
+        if any(names_failure(name, cls, f) for name in ALWAYS_OUTAGE):
             return Verdict(False, f"{cls}, raised to say so")
     if not {f.attempt for f in failures} >= set(range(settings.region_attempts)):
         return None  # an attempt without a record: what it raised is not known
-    whys = []
-    for _f, cls in classes:
+    whys, by_target = [], False
+    for f, cls in classes:
         if cls is None:
             return None
-        if any(class_matches(name, cls) for name in ALWAYS_POISON):
-            why = (f"{cls}, the target's verdict about the row" if cls.endswith("RowsInvalid")
-                   else f"{cls}, raised to say so")
+        if any(names_failure(name, cls, f) for name in ALWAYS_POISON):
+            target = cls.endswith("RowsInvalid")
+            by_target = by_target or target
+            why = f"{cls}, the target's verdict about the row" if target else f"{cls}, raised to say so"
         else:
-            named = next((n for n in settings.dead_letter_on if class_matches(n, cls)), None)
+            named = next((n for n in settings.dead_letter_on if names_failure(n, cls, f)), None)
             if named is None:
                 return None
             why = f"{cls}, named by deadLetterOn ({named})"
         if why not in whys:
             whys.append(why)
-    return Verdict(True, "; ".join(whys))
+    return Verdict(True, "; ".join(whys), by_target)
 
 
 # -- The decision ---------------------------------------------------------------------------
@@ -446,8 +492,13 @@ def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapp
             continue
         cause = outcome.reason or UNKNOWN_CAUSE
         if outcome.verdict is not None and outcome.verdict.poison:
-            continue  # the record's fault by its exception's class: dead-lettered on this first failure alone
-        if outcome.verdict is not None:  # an outage by its exception's class: never dead-lettered, no evidence
+            if not outcome.verdict.by_target or passed_now:
+                continue  # the record's fault by its exception's class: dead-lettered on this first failure alone
+            # The target refused it, but nothing beside it passed the target now: every row may be refused alike (a
+            # column the query leaves out, a rule changed by DDL). The evidence rule decides, so nothing drains.
+            cause += ("; the target's verdict needs records of its region beside it to pass the target in the same "
+                      "epoch, and none did: the evidence rule decides")
+        if outcome.verdict is not None and not outcome.verdict.poison:  # an outage by its class: never dead-lettered
             waits = state.alone_waits + 1
             # As a failure alone that is no try: records beside it passing now is the region's progress.
             evidence[rr.region] = Evidence(state.failed_alone, now, None, passed, waits, passed_now)

@@ -253,6 +253,11 @@ ALWAYS_POISON = ("regional.errors.PoisonRecord", "regional.targets.base.RowsInva
 ALWAYS_OUTAGE = ("regional.errors.Outage",)
 
 
+# Classes every failure is (or is wrapped in): named in deadLetterOn, they would dead-letter any record failing alone.
+TOO_BROAD = frozenset({"Exception", "BaseException", "Throwable", "Py4JJavaError", "PythonException",
+                       "SparkException"})
+
+
 def class_names(key: str, text: str) -> tuple[str, ...]:
     """A comma list of exception class names (``ValueError, json.JSONDecodeError``), each a dotted name; a name
     that is none is refused. ``builtins.X`` is ``X`` (Python prints built-in classes without their module)."""
@@ -290,6 +295,12 @@ def parse_verdicts(opts: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
     """``deadLetterOn`` and ``outageOn``; a class both could name is refused, naming it."""
     poison = class_names("deadLetterOn", str(opts.get("deadletteron", "")))
     outage = class_names("outageOn", str(opts.get("outageon", "")))
+    for name in poison:
+        if name.rsplit(".", 1)[-1] in TOO_BROAD:
+            raise RegionalConfigError(
+                f"deadLetterOn={name!r} names every failure (a lost connection or a bug as well as a bad record): "
+                "every record that fails alone would be dead-lettered. Name the classes your code raises for bad "
+                "input (e.g. 'ValueError, json.JSONDecodeError'), or raise regional.PoisonRecord for them")
     for p in (*poison, *ALWAYS_POISON):
         for o in (*outage, *ALWAYS_OUTAGE):
             if names_overlap(p, o):

@@ -372,6 +372,9 @@ class TaskFailure:
     executor: str
     exception_class: str
     message: str
+    # The failure's whole description (a Python worker's traceback), as the shim saw it; None when it was too long,
+    # or written by a shim that did not record it. Only read to name the exception's class (``failure_class``).
+    description: str | None = None
 
 
 def describe(record: EpochRecord) -> str:

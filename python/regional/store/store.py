@@ -338,8 +338,10 @@ class Store:
             if data is None:
                 continue
             try:
+                description = data.get("description")
                 failure = TaskFailure(int(data["partition"]), int(data["attempt"]), str(data["executor"]),
-                                      str(data["exception_class"]), str(data["message"]))
+                                      str(data["exception_class"]), str(data["message"]),
+                                      description if isinstance(description, str) else None)
             except (KeyError, TypeError, ValueError) as exc:
                 raise self._corrupt(info.name, f"{type(exc).__name__}: {exc}") from None
             failures.setdefault(failure.partition, []).append(failure)

@@ -52,10 +52,17 @@ class FailureListener extends SparkListener {
         case e: ExceptionFailure => (e.className, FailureListener.firstLine(e.className, e.description))
         case other => (other.getClass.getSimpleName, FailureListener.firstLine("", other.toErrorString))
       }
+      // The whole description too, for the driver to read a Python exception's class only where the traceback
+      // leaves no doubt (a message of several lines can hold another class's line); null past the cap.
+      val description = reason match {
+        case e: ExceptionFailure if e.description != null && e.description.length <= FailureListener.DescriptionCap =>
+          e.description
+        case _ => null
+      }
       val content = RegionalShim.json(
         "query_id" -> queryId, "epoch" -> batchId, "partition" -> info.partitionId,
         "attempt" -> info.attemptNumber, "executor" -> info.executorId,
-        "exception_class" -> exceptionClass, "message" -> message)
+        "exception_class" -> exceptionClass, "message" -> message, "description" -> description)
       RegionalShim.writeStoreFile(store, s"failures/$batchId/${info.partitionId}-${info.attemptNumber}.json",
         "failure", 1, content)
     }
@@ -63,6 +70,8 @@ class FailureListener extends SparkListener {
 }
 
 object FailureListener {
+  val DescriptionCap = 16000
+
   /** The line that says what went wrong. For a Python worker's exception (a UDF, the source), that is
     * the exception line at the end of the Python traceback, not the JVM wrapper's first line. */
   def firstLine(className: String, description: String): String = {
