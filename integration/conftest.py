@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from regional.testing.costs import start_up
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Python workers must run this interpreter and import integration.faults.
@@ -37,7 +39,8 @@ def spark():
 
     # Poison records get no retries here: the shipped 4, a minute apart, would take minutes per record (issue 45);
     # tests of retries and of the defaults give them as options.
-    session = regional.local_spark(MASTER, "regional-integration", {"spark.regional.deadLetterRetries": "0"})
+    with start_up("the shared SparkSession"):
+        session = regional.local_spark(MASTER, "regional-integration", {"spark.regional.deadLetterRetries": "0"})
     regional.register(session)
     yield session
     for q in session.streams.active:
@@ -84,7 +87,8 @@ def kafka(tmp_path_factory):
     with Maven into ~/.cache/regional the first time."""
     from regional.testing.kafka_broker import KafkaBroker
 
-    broker = KafkaBroker(tmp_path_factory.mktemp("kafka")).start()
+    with start_up("the Kafka broker"):
+        broker = KafkaBroker(tmp_path_factory.mktemp("kafka")).start()
     yield broker
     broker.stop()
 
@@ -95,7 +99,8 @@ def postgres():
     max_prepared_transactions set; stopped and removed at the end."""
     from regional.testing.postgres_server import PostgresServer
 
-    server = PostgresServer().start()
+    with start_up("the PostgreSQL server"):
+        server = PostgresServer().start()
     yield server
     server.remove()
 
@@ -109,7 +114,8 @@ def s3(tmp_path_factory):
     from regional.storage.config import STORAGE_CONF_ENV
     from regional.testing.s3_server import S3Server
 
-    server = S3Server(tmp_path_factory.mktemp("s3")).start()
+    with start_up("the S3 API server"):
+        server = S3Server(tmp_path_factory.mktemp("s3")).start()
     previous = os.environ.get(STORAGE_CONF_ENV)
     os.environ[STORAGE_CONF_ENV] = json.dumps(server.hadoop_conf())
     yield server

@@ -7,6 +7,7 @@ import json
 import threading
 import time
 
+import pytest
 from pyspark.sql import functions as F
 
 import regional
@@ -69,6 +70,7 @@ def test_available_now_ends_only_after_the_failing_region_healed(spark, dirs, tm
     assert all(s.committed_offset == 9 for s in regional.status(ck).regions.values())
 
 
+@pytest.mark.smoke
 def test_bounded_generator_ends_by_itself_after_everything_is_published(spark, tmp_path):
     out, ck = tmp_path / "out", tmp_path / "ck"
     df = (spark.readStream.format("regional").option("source", "generator").option("regions", "3")

@@ -90,6 +90,7 @@ def failure_of(query, timeout: float = 120) -> str:
     raise AssertionError(f"the query did not fail within {timeout}s")
 
 
+@pytest.mark.smoke
 def test_failing_target_region_falls_back_while_the_others_publish(spark, kafka, tmp_path):
     topic = new_topic(kafka, 4)
     produce(kafka, topic, 4, 30, "a")

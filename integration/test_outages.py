@@ -177,6 +177,7 @@ def run_through_outage(spark, tmp_path: Path, regions: list[str], rows: int, poi
 REGIONS4 = ["a", "b", "c", "d"]
 
 
+@pytest.mark.smoke
 def test_a_5s_outage_of_every_region_on_a_timer_dead_letters_only_the_real_poison(spark, tmp_path):
     """Issue 45's first failure: every region's service down from the start, up again 5 s after the first attempt
     that failed on it, wherever the query is then; d@6 is real poison, read during the outage or after it:

@@ -88,6 +88,7 @@ def assert_landed(postgres, table: str, expected: dict[str, list[str]], ck: Path
         assert prepared(postgres) == []
 
 
+@pytest.mark.smoke
 def test_regions_the_database_rejects_fall_back_while_the_others_publish_then_catch_up(spark, postgres, dirs):
     """c's rows fire a trigger that raises while c is in the reject list (P0001: about the rows, perhaps not for their
     own sake, so c is quarantined, as for a UDF's unknown exception: before issue 55 c fell back as the target failing,
@@ -136,7 +137,7 @@ def test_regions_the_database_rejects_fall_back_while_the_others_publish_then_ca
 # CI kills between two COMMIT PREPARED (what only PostgreSQL leaves behind: prepared transactions; a kill in a
 # task after its PREPARE is test_a_python_worker_killed_...); the campaign (REGIONAL_CAMPAIGN=1) kills at all
 # four steps, and reliability.run kills at random moments.
-@pytest.mark.parametrize("steps", [("between_commits",),
+@pytest.mark.parametrize("steps", [pytest.param(("between_commits",), marks=pytest.mark.smoke),
                                    pytest.param(("staged", "before_publish", "between_commits", "before_record"),
                                                 marks=pytest.mark.campaign)])
 def test_sigkill_of_the_driver_at_each_step_of_phase_two_then_a_restart(postgres, tmp_path, steps):

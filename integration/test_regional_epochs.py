@@ -22,6 +22,7 @@ REGIONS = ["a", "b", "c", "d"]
 FLAKY = "python:integration.faults:FlakyDelta"
 
 
+@pytest.mark.smoke
 def test_all_healthy_with_files_appended_between_epochs(spark, dirs):
     inp, out, ck = dirs
     inputs = add_epoch_of_files(inp, REGIONS[:3], "001", 7)
@@ -142,6 +143,7 @@ def test_disabled_is_all_or_nothing_and_fails_with_the_target_error(spark, dirs)
     assert not [p for p in out.glob("part-e00000001-*")], "staged files of the failed epoch were not aborted"
 
 
+@pytest.mark.smoke
 def test_a_plain_python_committer_and_region_columns_dropped_by_default(spark, dirs, tmp_path):
     inp, out, ck = dirs
     inputs = add_epoch_of_files(inp, REGIONS, "001", 5)

@@ -49,6 +49,7 @@ def run_until(query, ck: Path, finished, timeout: float, start_timeout: float = 
         time.sleep(0.3)
 
 
+@pytest.mark.smoke
 def test_dead_letter_on_dead_letters_poison_on_its_first_failure_alone(spark, dirs, tmp_path):
     """a's first record is malformed (no neighbour before it: issue 55's first situation), and b's third; with the
     shipped deadLetterRetries=4 and backoff 1m the evidence rule took minutes per record. deadLetterOn=ValueError:
