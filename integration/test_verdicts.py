@@ -211,9 +211,10 @@ def test_a_row_postgres_refuses_for_its_own_sake_is_dead_lettered_in_seconds(spa
     dlq = tmp_path / "dead-letters"
     add_epoch_of_files(inp, ["a", "b"], "001", 2)
     with postgres.connect() as conn:
-        conn.execute('CREATE TABLE checked (region text, "offset" bigint, value text '
+        conn.execute('CREATE TABLE verdict_checked (region text, "offset" bigint, value text '
                      "CONSTRAINT no_b1 CHECK (value <> 'B-001-1'), PRIMARY KEY (region, \"offset\"))")
-    query = start_to_postgres(regional_stream(spark, inp, ck), postgres, "checked", ck, deadLetterPath=str(dlq),
+    query = start_to_postgres(regional_stream(spark, inp, ck), postgres, "verdict_checked", ck,
+                              deadLetterPath=str(dlq),
                               **SHIPPED)
     try:
         took = run_until(query, ck, lambda st: all(st.regions[r].committed_offset == 2 for r in "ab")
@@ -222,9 +223,10 @@ def test_a_row_postgres_refuses_for_its_own_sake_is_dead_lettered_in_seconds(spa
         query.stop()
     letters = dead_letter_rows(dlq)
     assert [(r["region"], r["offset"]) for r in letters] == [("b", 1)]
-    assert "RowsInvalid: target=postgres: table checked refused the rows (SQLSTATE 23514)" in letters[0]["error"]
+    refused = "RowsInvalid: target=postgres: table verdict_checked refused the rows (SQLSTATE 23514)"
+    assert refused in letters[0]["error"]
     with postgres.connect() as conn:
-        assert sorted(conn.execute('SELECT region, "offset", value FROM checked').fetchall()) == [
+        assert sorted(conn.execute('SELECT region, "offset", value FROM verdict_checked').fetchall()) == [
             ("a", 0, "A-001-0"), ("a", 1, "A-001-1"), ("b", 0, "B-001-0")]
-    assert_landed(postgres, "checked", {"a": ["A-001-0", "A-001-1"]}, ck, others=frozenset({"b"}))
+    assert_landed(postgres, "verdict_checked", {"a": ["A-001-0", "A-001-1"]}, ck, others=frozenset({"b"}))
     print(f"\nthe refused row dead-lettered in {took:.1f} s")

@@ -21,7 +21,7 @@ PROCESS_KINDS: tuple[tuple[str, str], ...] = (
     ("Kafka broker", "kafka.Kafka"),
     ("S3 API server", "s3proxy"),
     ("PostgreSQL server", "pg_ctl"),
-    ("a venv for the wheel", "venv"),
+    ("a venv for the wheel", "-m venv"),
     ("child driver (kills, restarts, exits)", "integration."),
     ("Maven", "mvn"),
     ("apt-get", "apt-get"),
