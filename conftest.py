@@ -64,18 +64,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if call.when == "teardown":
         report = outcome.get_result()
         started = costs.take_processes()
-        kind = test_kind(item, started)
+        kind = kind_of_test(item, started)
         report.user_properties.append(("regional_kind", kind))
         report.user_properties.append(("regional_processes", json.dumps(started)))
 
 
-def test_kind(item: pytest.Item, started: dict[str, int]) -> str:
+# A test's kind by the first of these processes it started (``costs.PROCESS_KINDS``), in this order.
+KIND_BY_PROCESS = (("standalone cluster daemon", "a standalone cluster"),
+                   ("Spark Connect server", "a Connect server"),
+                   ("a venv for the wheel", "a venv for the wheel"),
+                   ("child driver (kills, restarts, exits)", "child drivers (kills, restarts, exits)"))
+
+
+def kind_of_test(item: pytest.Item, started: dict[str, int]) -> str:
     """What a test spends its time on, from the processes it started and the fixtures it used."""
-    for kind in ("standalone cluster daemon", "Spark Connect server", "a venv for the wheel",
-                 "child driver (kills, restarts, exits)"):
-        if started.get(kind):
-            return {"standalone cluster daemon": "a standalone cluster", "Spark Connect server": "a Connect server",
-                    "child driver (kills, restarts, exits)": "child drivers (kills, restarts, exits)"}.get(kind, kind)
+    for process, kind in KIND_BY_PROCESS:
+        if started.get(process):
+            return kind
     if "docs" in item.nodeid:
         return "the docs (site build, examples)"
     if "spark" in getattr(item, "fixturenames", ()):

@@ -205,7 +205,7 @@ def with_failure_causes(plan: EpochPlan, outcomes: dict[str, RegionOutcome],
 def error_of(failure: TaskFailure) -> str:
     """A dead letter's ``error``. A Python worker's failure is recorded with its own exception line
     (``ValueError: ...``); any other names its JVM class first."""
-    if failure.exception_class.endswith("PythonException"):
+    if failure.in_python:
         return failure.message
     return f"{failure.exception_class}: {failure.message}"
 
@@ -236,7 +236,7 @@ def failure_class(failure: TaskFailure) -> str | None:
     the traceback's exception line (``ValueError``, ``json.decoder.JSONDecodeError``), read from the failure's whole
     description only where it leaves no doubt (``exception_line``). Any other failure's class is the JVM's. None
     when nothing can be named: no description, or an ambiguous one (then the evidence rule decides)."""
-    if not failure.exception_class.endswith("PythonException"):
+    if not failure.in_python:
         return failure.exception_class.strip() or None
     line = exception_line(failure.description)
     found = None if line is None else _EXCEPTION_LINE.fullmatch(line.strip())
@@ -280,7 +280,7 @@ def names_failure(name: str, cls: str, failure: TaskFailure) -> bool:
     """Whether the configured ``name`` names the class a failure raised: a Python worker's exception by
     ``class_matches``, a JVM failure only by its fully qualified Java name (a bare ``AssertionError`` meant for
     Python's ``assert`` must not name ``java.lang.AssertionError``, nor ``SparkException`` a crashed worker)."""
-    if failure.exception_class.endswith("PythonException"):
+    if failure.in_python:
         return class_matches(name, cls)
     return name == cls
 

@@ -376,6 +376,12 @@ class TaskFailure:
     # or written by a shim that did not record it. Only read to name the exception's class (``failure_class``).
     description: str | None = None
 
+    @property
+    def in_python(self) -> bool:
+        """A Python worker's failure (a UDF, the regional source or sink): the JVM's ``PythonException`` around
+        Python's traceback, whose own exception line names what was raised."""
+        return self.exception_class.endswith("PythonException")
+
 
 def describe(record: EpochRecord) -> str:
     """One line per epoch: kind, regions committed, regions fallen back with ref_epoch."""
