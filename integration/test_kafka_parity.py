@@ -19,9 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+from deltalake import DeltaTable
 
 from integration.conftest import ROOT
 from regional.kafka_group import RETRIABLE_GROUP_ERRORS
@@ -128,15 +131,24 @@ RUNS = {n: o for n, o in RUNS.items() if not ONLY or n in ONLY}
 SPARK_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
 
 
-def stock(kafka: KafkaBroker, work: Path, names: list[str]) -> None:
-    """Spark's Kafka source reads each run into ``work/<name>/stock``, in one child process."""
+def stock(kafka: KafkaBroker, work: Path, names: list[str]) -> subprocess.Popen[str]:
+    """Spark's Kafka source reads each run into ``work/<name>/stock``, in one child process, started here and
+    waited for with ``stock_done`` (it runs while regional reads the same runs in this process)."""
     runs = [{"out": str(work / n / "stock"), "ck": str(work / n / "stock-ck"),
              "options": {"kafka.bootstrap.servers": kafka.bootstrap, **RUNS[n]}} for n in names]
     spec = work / f"spec-{len(list(work.glob('spec-*')))}.json"
     spec.write_text(json.dumps({"runs": runs}))
-    done = subprocess.run([sys.executable, "-m", "integration.stock_kafka", str(spec)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    return subprocess.Popen([sys.executable, "-m", "integration.stock_kafka", str(spec)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def stock_done(child: subprocess.Popen[str]) -> None:
+    try:
+        _, stderr = child.communicate(timeout=900)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 0, stderr[-3000:]
 
 
 def regional_run(spark, kafka: KafkaBroker, work: Path, name: str) -> str:
@@ -168,33 +180,54 @@ def _regional_run(spark, kafka: KafkaBroker, work: Path, name: str) -> str:
         return f"failed: {exc}"
 
 
-def stock_rows(spark, out: Path) -> tuple[list[dict[str, Any]], dict[str, str]]:
-    if not list(out.glob("*.parquet")):
+def spark_types(schema_json: str | bytes) -> dict[str, Any]:
+    """column -> its Spark type (as Spark's schema JSON writes it): the schema Spark reads the files with."""
+    return {f["name"]: f["type"] for f in json.loads(schema_json)["fields"]}
+
+
+def arrow_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """Rows as Python values; timestamps as UTC microseconds (Spark writes INT96 instants, regional's Delta
+    microseconds: a cast that would drop a digit fails)."""
+    column = table.schema.get_field_index("timestamp")
+    if column >= 0:
+        table = table.set_column(column, "timestamp",
+                                 pc.cast(table.column(column), pa.timestamp("us", tz="UTC"), safe=True))
+    return table.to_pylist()
+
+
+def stock_rows(out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Spark's parquet files as written (read with pyarrow: a Spark read of each run's output took a minute in
+    all), with the Spark schema they carry."""
+    files = sorted(out.glob("*.parquet"))
+    if not files:
         return [], {}
-    df = spark.read.parquet(str(out))
-    return [r.asDict(recursive=True) for r in df.collect()], {f.name: f.dataType.simpleString() for f in df.schema}
+    metadata = pq.read_schema(files[0]).metadata
+    return arrow_rows(pq.read_table(out)), spark_types(metadata[b"org.apache.spark.sql.parquet.row.metadata"])
 
 
-def regional_rows(spark, out: Path) -> tuple[list[dict[str, Any]], dict[str, str]]:
+def regional_rows(out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """regional's Delta table (read with the deltalake package) and the Spark schema in its log."""
     if not (out / "_delta_log").exists():
         return [], {}
-    df = spark.read.format("delta").load(str(out))
-    rows = [r.asDict(recursive=True) for r in df.collect()]
+    table = DeltaTable(str(out))
+    rows = arrow_rows(table.to_pyarrow_table())
     for row in rows:  # regional's own column: the record's topic-partition
         assert row.pop("region") == f"{row['topic']}-{row['partition']}"
-    return rows, {f.name: f.dataType.simpleString() for f in df.schema if f.name != "region"}
+    types = spark_types(table.schema().to_json())
+    assert types.pop("region") == "string"
+    return rows, types
 
 
 def ordered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: (r["topic"], r["partition"], r["offset"]))
 
 
-def assert_same(spark, work: Path, name: str) -> list[dict[str, Any]]:
+def assert_same(work: Path, name: str) -> list[dict[str, Any]]:
     stock_result = (work / name / "stock.result").read_text()
     regional_result = (work / name / "regional.result").read_text()
     assert stock_result == "ok" and regional_result == "ok", (name, stock_result[:500], regional_result[:2000])
-    want, want_types = stock_rows(spark, work / name / "stock")
-    got, got_types = regional_rows(spark, work / name / "regional")
+    want, want_types = stock_rows(work / name / "stock")
+    got, got_types = regional_rows(work / name / "regional")
     if want and got:
         assert got_types == want_types, name
     assert len(got) == len(want), (name, len(got), len(want))
@@ -202,6 +235,7 @@ def assert_same(spark, work: Path, name: str) -> list[dict[str, Any]]:
     return want
 
 
+# ~90 s idle, most of it the first query's start and Spark's child: the module's whole cost, paid by its first test
 @pytest.fixture(scope="module")
 def results(spark, topics: KafkaBroker, tmp_path_factory) -> Path:
     """Every run, by both sources; ``latest`` twice: at its start (nothing), and again after new records."""
@@ -209,20 +243,26 @@ def results(spark, topics: KafkaBroker, tmp_path_factory) -> Path:
     names = list(RUNS)
     for name in names:
         (work / name).mkdir()
-    stock(topics, work, names)
-    for name in names:
-        (work / name / "regional.result").write_text(regional_run(spark, topics, work, name))
+    child = stock(topics, work, names)  # Spark's reads in its process, regional's here at the same time
+    try:
+        for name in names:
+            (work / name / "regional.result").write_text(regional_run(spark, topics, work, name))
+    finally:
+        stock_done(child)
     if "latest" in RUNS:
         produce_plain(topics, ADV, 3, 4, "late")
         produce_plain(topics, LOG_APPEND, 2, 3, "late", stamped=False)
-        stock(topics, work, ["latest"])
-        (work / "latest" / "regional.result").write_text(regional_run(spark, topics, work, "latest"))
+        child = stock(topics, work, ["latest"])
+        try:
+            (work / "latest" / "regional.result").write_text(regional_run(spark, topics, work, "latest"))
+        finally:
+            stock_done(child)
     return work
 
 
 @pytest.mark.parametrize("name", [n for n in RUNS if n != "timestamp_no_match_error"])
-def test_regional_reads_what_sparks_kafka_source_reads(spark, results: Path, name: str):
-    rows = assert_same(spark, results, name)
+def test_regional_reads_what_sparks_kafka_source_reads(results: Path, name: str):
+    rows = assert_same(results, name)
     topics_read = {r["topic"] for r in rows}
     assert rows, name  # each run reads something (absence is never success), and what the issue says differs
     if name == "earliest":
