@@ -23,7 +23,7 @@ from integration.helpers import add_epoch_of_files, regional_stream
 EVIL_REGIONS = ['<script>Object.assign(window,{regionalPwned:2})',
                 '"><svg><script>Object.assign(window,{regionalPwned:1})']
 REGIONS = ["a", "b", *EVIL_REGIONS]
-ROWS = 6
+ROWS = 2  # each region's rows, one epoch's worth (maxRecordsPerRegion=2): b is the only one left after epoch 0
 
 
 def wait_for(path: Path, timeout: float = 600) -> None:
