@@ -1,7 +1,7 @@
 """A regional query over Spark Connect, from a client process with no JVM: files a, b, c into Delta through a
-target whose region b fails in the listed epochs, a UDF that raises on the listed poison values, dead letters
-to a Delta table; it runs until the store holds the asked number of epochs, then stops gracefully with
-``regional.stop``.
+target whose region b fails in the listed epochs, a UDF that raises ValueError on the listed poison values, dead
+letters to a Delta table (deadLetterOn=ValueError); it runs until the store holds the asked number of epochs, then
+stops gracefully with ``regional.stop``.
 
 Usage: python -m integration.connect_child <sc://url | local[N,F]> <work dir> <epochs> <fail epochs> <poison,values>
        [--bounded]   (Trigger.AvailableNow: ends by itself once everything is published)
@@ -37,6 +37,9 @@ def main() -> None:
     spark.conf.set("spark.regional.deadLetterPath", str(dlq))  # the conf route, read by the server's source
     # No retries: the shipped 4, a minute apart, take minutes per poison record (issue 45).
     spark.conf.set("spark.regional.deadLetterRetries", "0")
+    # The poison UDF's ValueError is the record's fault: dead-lettered on its first failure alone, from the failure
+    # records of the server's shim (the evidence rule's epochs and waits are test_dead_letters' to test).
+    spark.conf.set("spark.regional.deadLetterOn", "ValueError")
     regional.register(spark)
     parse = poison_udf(poison)
     df = (spark.readStream.format("regional").option("source", "files").option("path", str(inp))
