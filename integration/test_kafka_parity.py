@@ -114,41 +114,33 @@ RUNS: dict[str, dict[str, str]] = {
                             "startingOffsetsByTimestampStrategy": "latest"},
     "timestamp_no_match_error": {"subscribe": ADV, "startingTimestamp": str(NEVER)},
     "pattern": {"subscribePattern": rf"{BASE}-pat\.(a|b)", "startingOffsets": "earliest", "includeHeaders": "true"},
-    "pattern_internal": {"subscribePattern": rf"^__(transaction_state|consumer_offsets|{BASE}-pat\.b)$",
-                         "startingOffsets": "earliest"},
-    # Java's syntax, as Spark reads it (issue 59): quoted text and \z (Python's re refused both before)
-    "pattern_java": {"subscribePattern": rf"\Q{BASE}-pat.\E(a|b)\z", "startingOffsets": "earliest"},
+    # Java's syntax, as Spark reads it (issue 59): quoted text and \z (Python's re refused both before); and Kafka's
+    # internal topics, which the pattern matches too, never read (the former run "pattern_internal", issue 57)
+    "pattern_java": {"subscribePattern": rf"\Q{BASE}-pat.\E(a|b)\z|^__(transaction_state|consumer_offsets)$",
+                     "startingOffsets": "earliest"},
     "latest": {"subscribe": ALL, "startingOffsets": "latest", "includeHeaders": "true"},
 }
 # REGIONAL_KAFKA_PARITY_RUNS=a,b: only those runs (to check a fix against older code quickly). By default the
 # campaign (REGIONAL_CAMPAIGN=1) runs all; the README's test command, within CI's time, one run per case of issue 47
 # (transactions and headers, both timestamp starts, patterns with __ topics), and the columns' check.
-CI_RUNS = ["earliest_committed", "timestamp", "by_timestamp_latest", "pattern", "pattern_internal",
-           "timestamp_no_match_error", "json_offsets", "pattern_java"]
+CI_RUNS = ["earliest_committed", "timestamp", "by_timestamp_latest", "pattern", "timestamp_no_match_error",
+           "json_offsets", "pattern_java"]
 ONLY = [n for n in os.environ.get("REGIONAL_KAFKA_PARITY_RUNS", "").split(",") if n] or (
     [] if os.environ.get("REGIONAL_CAMPAIGN") == "1" else CI_RUNS)
 RUNS = {n: o for n, o in RUNS.items() if not ONLY or n in ONLY}
 SPARK_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
 
 
-def stock(kafka: KafkaBroker, work: Path, names: list[str]) -> subprocess.Popen[str]:
-    """Spark's Kafka source reads each run into ``work/<name>/stock``, in one child process, started here and
-    waited for with ``stock_done`` (it runs while regional reads the same runs in this process)."""
+def stock(kafka: KafkaBroker, work: Path, names: list[str]) -> None:
+    """Spark's Kafka source reads each run into ``work/<name>/stock``, in one child process. (Not beside
+    regional's runs: on a loaded machine their Python workers then failed to connect back, issue 57.)"""
     runs = [{"out": str(work / n / "stock"), "ck": str(work / n / "stock-ck"),
              "options": {"kafka.bootstrap.servers": kafka.bootstrap, **RUNS[n]}} for n in names]
     spec = work / f"spec-{len(list(work.glob('spec-*')))}.json"
     spec.write_text(json.dumps({"runs": runs}))
-    return subprocess.Popen([sys.executable, "-m", "integration.stock_kafka", str(spec)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-
-
-def stock_done(child: subprocess.Popen[str]) -> None:
-    try:
-        _, stderr = child.communicate(timeout=900)
-    finally:
-        if child.poll() is None:
-            child.kill()
-    assert child.returncode == 0, stderr[-3000:]
+    done = subprocess.run([sys.executable, "-m", "integration.stock_kafka", str(spec)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def regional_run(spark, kafka: KafkaBroker, work: Path, name: str) -> str:
@@ -243,20 +235,14 @@ def results(spark, topics: KafkaBroker, tmp_path_factory) -> Path:
     names = list(RUNS)
     for name in names:
         (work / name).mkdir()
-    child = stock(topics, work, names)  # Spark's reads in its process, regional's here at the same time
-    try:
-        for name in names:
-            (work / name / "regional.result").write_text(regional_run(spark, topics, work, name))
-    finally:
-        stock_done(child)
+    stock(topics, work, names)
+    for name in names:
+        (work / name / "regional.result").write_text(regional_run(spark, topics, work, name))
     if "latest" in RUNS:
         produce_plain(topics, ADV, 3, 4, "late")
         produce_plain(topics, LOG_APPEND, 2, 3, "late", stamped=False)
-        child = stock(topics, work, ["latest"])
-        try:
-            (work / "latest" / "regional.result").write_text(regional_run(spark, topics, work, "latest"))
-        finally:
-            stock_done(child)
+        stock(topics, work, ["latest"])
+        (work / "latest" / "regional.result").write_text(regional_run(spark, topics, work, "latest"))
     return work
 
 
@@ -280,9 +266,8 @@ def test_regional_reads_what_sparks_kafka_source_reads(results: Path, name: str)
         assert not [r for r in rows if r["partition"] == 2]  # no record at or after its time: starts at its end
     if name == "pattern":
         assert topics_read == set(PATTERN_TOPICS)  # the user's __ topic and a name matched in part
-    if name == "pattern_internal":  # never Kafka's own internal topics; a user's __ topic as the only match
-        assert topics_read == {f"__{BASE}-pat.b"}
-    if name == "pattern_java":  # found in __...-pat.b too (findFirstIn); ...-pat.a.more does not end there
+    if name == "pattern_java":  # found in __...-pat.b too (findFirstIn); ...-pat.a.more does not end there; never
+        # Kafka's own internal topics though the pattern names them, and a user's __ topic read
         assert topics_read == {f"{BASE}-pat.a", f"__{BASE}-pat.b"}
     if name == "latest":
         assert {r["value"].split(b"-")[0] for r in rows if r["value"]} == {b"late"}
