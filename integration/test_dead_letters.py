@@ -50,7 +50,8 @@ def expected_without(inputs: dict[str, list[str]], poison: set[tuple[str, int]])
 POISON_ROWS = 40  # bound: 2 x 10 epochs for a's two poison records (with 120 records: 2 x 11)
 
 
-# 90 s idle: 20-odd epochs, a's two poison records one after the other by the evidence rule (1 s, 2 s waits)
+# About 90 s idle (192 s beside another worker with 120 records, 24 epochs at most; now 21, 22 at most): a's two
+# poison records one after the other by the evidence rule (1 s, 2 s waits)
 def test_poison_records_are_isolated_to_the_record_while_healthy_regions_flow(spark, dirs, tmp_path, caplog):
     """Two poison records in one region among 40 (a), poison at the first and last offset of a slice (b), both
     regions at once; c, d, e are healthy. 40 records still tell O(log n) from a scan: one record an epoch would
