@@ -4,7 +4,8 @@ Usage: python -m integration.s3_child <in> <out> <s3a checkpoint> <endpoint> <ma
 
 Region b's target is down while the file <marker> exists. <in> may be an s3a:// directory, <out> and <dead
 letters> s3a:// tables. With
-<poison> (values, comma-separated), a UDF raises on those values and the query isolates them into <dead letters>.
+<poison> (values, comma-separated), a UDF raises ValueError on those values and the query isolates them into <dead
+letters> (deadLetterOn=ValueError: on their first failure alone).
 At the end the child prints the rows delta-spark reads from <out> over s3a:// ("delta-spark rows: N").
 """
 
@@ -34,7 +35,9 @@ def main() -> None:
               .option("checkpointLocation", ck).option("keepRegionColumns", "true")
               .option("failRegion", "b").option("failWhileExists", b_down))
     if dead_letters:
-        writer = writer.option("deadLetterPath", dead_letters)
+        # The poison UDF raises ValueError: the record's fault by name, dead-lettered on its first failure alone (what
+        # is tested here is S3; the evidence rule is test_dead_letters' poison test's).
+        writer = writer.option("deadLetterPath", dead_letters).option("deadLetterOn", "ValueError")
     query = writer.start()
     query.processAllAvailable()
     query.stop()
