@@ -83,7 +83,8 @@ states = st.builds(RegionState, st.integers(0, 2**62), st.none() | st.integers(-
                    failed_alone_at=st.none() | st.floats(0, 2e9), alone_since=st.none() | st.integers(0, 10**6),
                    probe_passed=st.none() | st.integers(0, 10**6), alone_waits=st.integers(0, 9),
                    poison=st.lists(st.integers(0, 2**62), max_size=3).map(tuple),
-                   first_seen_epoch=st.none() | st.integers(0, 10**6), first_seen_at=st.none() | st.floats(0, 2e9))
+                   first_seen_epoch=st.none() | st.integers(0, 10**6), first_seen_at=st.none() | st.floats(0, 2e9),
+                   suspect_since_at=st.none() | st.floats(0, 2e9))
 slices = st.builds(Slice, st.integers(0, 99), st.integers(100, 199), st.integers(0, 99), st.booleans())
 
 

@@ -32,6 +32,10 @@ class RegionalDeadLetterLimitError(RegionalError):
     """More records would be dead-lettered in one epoch than ``maxDeadLettersPerEpoch`` allows."""
 
 
+class RegionalSuspectTimeoutError(RegionalError):
+    """A suspect record was neither proven poison nor passed within ``suspectTimeout`` (``onSuspectTimeout=fail``)."""
+
+
 class _Verdict(Exception):
     """A UDF's own verdict about the record it failed on. The driver sees the class by the exception line of the
     failure (``regional.errors.PoisonRecord: ...``), which must be one line: a message of many lines is joined."""

@@ -48,6 +48,10 @@ def render(st: QueryStatus, epochs: bool = True) -> str:
                     "now" if due <= st.now else f"at {utc(due)} (in {_seconds(due - st.now)})")
                 why = (f"  WAITING, {LOOKS_LIKE[waiting[0]]}: offset {s.committed_offset} failed alone "
                        f"{s.alone_waits} time(s) in a row; next try {when}{why}")
+            bound = st.resolved_by(region)
+            if bound is not None:
+                why += (f"  resolved by {utc(bound[0])} at the latest: dead-lettered once proven poison, else "
+                        f"{bound[1]} (suspectTimeout, onSuspectTimeout)")
             if s.timed_range is not None:
                 why += f"  straggler: ranges of at most {s.timed_range} offsets (regionTimeout)"
             lines.append(f"  {region:<{width}}  {s.committed_offset:>10}  {_dash(latest):>10}  {_dash(lag):>8}  "

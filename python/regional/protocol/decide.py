@@ -24,8 +24,8 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, NamedTuple
 
-from regional.errors import RegionalDeadLetterLimitError, RegionalPlanError
-from regional.protocol.plan import PROBE_SPAN, EpochPlan, RegionRange
+from regional.errors import RegionalDeadLetterLimitError, RegionalPlanError, RegionalSuspectTimeoutError
+from regional.protocol.plan import PROBE_REACH, EpochPlan, RegionRange
 from regional.protocol.settings import ALWAYS_OUTAGE, ALWAYS_POISON, Settings
 from regional.store.model import (
     DeadLetter,
@@ -88,8 +88,15 @@ class RegionOutcome(NamedTuple):
     reason: str | None = None
     dead_letter: bytes | None = None  # DEAD_LETTERED: the record, as the source read it (Arrow IPC)
     seconds: float | None = None  # WRITTEN: how long its slice took, from the source's first read to the target
-    neighbours_passed: bool = False  # its probe (records beside its isolated record) wrote rows in this epoch
+    neighbours_passed: bool = False  # a probe (records beside its isolated record) wrote rows in this epoch
+    published_failed: bool = False  # a probe of records it already published (before its suspect) failed now
+    # A probe from the record right after its suspect, to here, failed now: poison comes in bursts, so once the suspect
+    # is dead-lettered its region isolates that range next instead of bisecting all it has from the start.
+    failed_after_to: int | None = None
     verdict: Verdict | None = None  # DEAD_LETTERED: what its failures' exception classes say (``verdict_of``)
+    # DEAD_LETTERED by onSuspectTimeout=deadLetter, unproven: when its region's suspect first failed alone (kept: the
+    # next record of a burst without witness is not given a whole new bound)
+    timed_out_since: float | None = None
 
 
 def outcomes_from_tasks(plan: EpochPlan, tasks: Sequence[TaskOutcome | None]) -> dict[str, RegionOutcome]:
@@ -108,10 +115,15 @@ def outcomes_from_tasks(plan: EpochPlan, tasks: Sequence[TaskOutcome | None]) ->
     outcomes = {}
     for i, (rr, task) in enumerate(zip(plan.regions, tasks, strict=False)):
         outcomes[rr.region] = _checked(plan, i, rr, task)
+    suspects = {rr.region: rr.start for rr in plan.regions if rr.isolated} if plan.probes else {}
     for i, rr in enumerate(plan.probes, start=len(plan.regions)):  # evidence for its region's isolated record
         probe = _checked(plan, i, rr, tasks[i])
         if probe.status is Outcome.WRITTEN and probe.rows > 0:
             outcomes[rr.region] = outcomes[rr.region]._replace(neighbours_passed=True)
+        elif probe.status in (Outcome.QUARANTINED, Outcome.FAILED) and rr.end <= suspects[rr.region]:
+            outcomes[rr.region] = outcomes[rr.region]._replace(published_failed=True)
+        elif probe.status is Outcome.QUARANTINED and rr.start == suspects[rr.region] + 1:
+            outcomes[rr.region] = outcomes[rr.region]._replace(failed_after_to=rr.end)
     return outcomes
 
 
@@ -407,10 +419,12 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
             dead_lettered[rr.region] = DeadLetter(rr.start, outcome.reason or UNKNOWN_CAUSE)
             # RegionState(...) rather than ._replace: this runs once per region with work, and a copy with
             # changes costs several times more (10,000 regions: tens of ms of the driver's epoch).
-            regions[rr.region] = RegionState(outcome.end, plan.epoch,
+            burst = None if outcome.failed_after_to is None else (outcome.end, outcome.failed_after_to)
+            regions[rr.region] = RegionState(outcome.end, plan.epoch, isolating=burst,
                                              dead_letters=state.dead_letters + (rr.end - rr.start),
                                              timed_range=state.timed_range if timeout else None,
-                                             poison=recent_poison((*state.poison, rr.start), outcome.end))
+                                             poison=recent_poison((*state.poison, rr.start), outcome.end),
+                                             suspect_since_at=outcome.timed_out_since)
         else:
             committed[rr.region] = Slice(rr.start, outcome.end, outcome.rows, cut=outcome.end < rr.end)
             regions[rr.region] = wrote(plan.epoch, rr, state, outcome, timeout, slow)
@@ -422,7 +436,8 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
     stalled = outage and not narrowing  # nothing committed, dead-lettered or narrowed: the next epoch waits
     outages = (previous.outage_epochs if previous else 0) + 1 if stalled else 0
     return EpochRecord(plan.epoch, kind, committed, fallen_back, regions, reason, regional, now, dict(plan.lost),
-                       dead_lettered, outages, settings.dead_letter_retries, settings.dead_letter_retry_backoff_s)
+                       dead_lettered, outages, settings.dead_letter_retries, settings.dead_letter_retry_backoff_s,
+                       settings.suspect_timeout_s if settings.isolates else None, settings.dead_letter_on_timeout)
 
 
 # Poison or outage (docs/design.md, "Poison or outage"). A record that failed alone on every attempt is a *suspect*.
@@ -441,6 +456,15 @@ NO_SANDWICH = ("failed alone on every attempt; records of its region beside it p
                "its failures: it is tried again to tell poison from an outage that ended")
 
 
+# What a suspect lacked at its bound, by why it was waiting.
+MISSING = {
+    NO_NEIGHBOUR: "its region has no other record to try as a witness",
+    NEIGHBOURS_FAILED: ("no witness passed and wrote rows: the records of its region tried beside it (before it, after "
+                        "it, at the end of what the region has) failed too, or were filtered out"),
+    NO_SANDWICH: "witnesses passed, but not between two of its failures alone yet",
+}
+
+
 class Evidence(NamedTuple):
     """What an epoch saw of a region's suspect record, to be kept in its ``RegionState``."""
 
@@ -450,11 +474,12 @@ class Evidence(NamedTuple):
     probe_passed: int | None
     alone_waits: int
     progress: bool  # a try, or records beside it passed now: isolation's progress, not a failure of the region
+    since_at: float | None = None  # when it first failed alone: suspectTimeout runs from here (None: no bound runs)
 
     def applied(self, state: RegionState) -> RegionState:
         return state._replace(failed_alone=self.failed_alone, failed_alone_at=self.failed_alone_at,
                               alone_since=self.alone_since, probe_passed=self.probe_passed,
-                              alone_waits=self.alone_waits)
+                              alone_waits=self.alone_waits, suspect_since_at=self.since_at)
 
 
 def own_evidence(state: RegionState | None, rr: RegionRange) -> RegionState:
@@ -467,9 +492,10 @@ def own_evidence(state: RegionState | None, rr: RegionRange) -> RegionState:
 
 def forget_evidence(state: RegionState) -> RegionState:
     if not (state.failed_alone or state.failed_alone_at is not None or state.alone_since is not None
-            or state.probe_passed is not None or state.alone_waits):
+            or state.probe_passed is not None or state.alone_waits or state.suspect_since_at is not None):
         return state
-    return state._replace(failed_alone=0, failed_alone_at=None, alone_since=None, probe_passed=None, alone_waits=0)
+    return state._replace(failed_alone=0, failed_alone_at=None, alone_since=None, probe_passed=None, alone_waits=0,
+                          suspect_since_at=None)
 
 
 def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapping[str, RegionState],
@@ -488,7 +514,7 @@ def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapp
         passed = plan.epoch if passed_now else state.probe_passed
         if outcome.status is not Outcome.DEAD_LETTERED:  # no account of the record (its sink failed, or missing)
             evidence[rr.region] = Evidence(state.failed_alone, state.failed_alone_at, state.alone_since, passed,
-                                           state.alone_waits, False)
+                                           state.alone_waits, False, state.suspect_since_at)
             continue
         cause = outcome.reason or UNKNOWN_CAUSE
         if outcome.verdict is not None and outcome.verdict.poison:
@@ -501,7 +527,7 @@ def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapp
         if outcome.verdict is not None and not outcome.verdict.poison:  # an outage by its class: never dead-lettered
             waits = state.alone_waits + 1
             # As a failure alone that is no try: records beside it passing now is the region's progress.
-            evidence[rr.region] = Evidence(state.failed_alone, now, None, passed, waits, passed_now)
+            evidence[rr.region] = Evidence(state.failed_alone, now, None, passed, waits, passed_now, None)
             checked[rr.region] = outcome._replace(status=Outcome.QUARANTINED, dead_letter=None, reason=(
                 f"offset {rr.start} failed alone on every attempt with {outcome.verdict.why}: an outage, never "
                 f"dead-lettered; tried again after {utc(now + suspect_backoff(waits))} ({cause})"))
@@ -510,23 +536,70 @@ def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapp
             cause += "; deadLetterOn and outageOn cannot apply without it, the evidence rule decides"
         since, before_now = state.alone_since, state.probe_passed
         sandwich = since is not None and before_now is not None and since < before_now < plan.epoch
+        since_at = now if state.suspect_since_at is None else state.suspect_since_at
+        bound = plan.settings.suspect_timeout_s
+        timed_out = bound is not None and now >= since_at + bound
         if sandwich:
             tries = state.failed_alone + 1
             if tries > retries:
                 continue  # its last try: dead-lettered
-            evidence[rr.region] = Evidence(tries, now, plan.epoch, passed, 0, True)
-            checked[rr.region] = outcome._replace(status=Outcome.QUARANTINED, dead_letter=None, reason=(
-                f"offset {rr.start} failed alone {tries} of {retries + 1} times, each after records of its region "
-                f"beside it passed (deadLetterRetries={retries}); retried after {utc(now + backoff)} ({cause})"))
-            continue
+            if not timed_out:
+                evidence[rr.region] = Evidence(tries, now, plan.epoch, passed, 0, True, since_at)
+                checked[rr.region] = outcome._replace(status=Outcome.QUARANTINED, dead_letter=None, reason=(
+                    f"offset {rr.start} failed alone {tries} of {retries + 1} times, each after records of its "
+                    f"region beside it passed (deadLetterRetries={retries}); retried after {utc(now + backoff)} "
+                    f"({cause})"))
+                continue
         waits = state.alone_waits + 1
         why = NO_SANDWICH if passed is not None else NEIGHBOURS_FAILED if rr.region in probed else NO_NEIGHBOUR
+        if timed_out and bound is not None:
+            unproven = (f"offset {rr.start} was not proven poison within suspectTimeout={bound:g}s of its first "
+                        f"failure alone at {utc(since_at)}: {MISSING[why]}")
+            if plan.settings.dead_letter_on_timeout and not outcome.published_failed:
+                checked[rr.region] = outcome._replace(timed_out_since=since_at, reason=(
+                    f"{cause}; dead-lettered by onSuspectTimeout=deadLetter: {unproven}"))
+                continue
+            evidence[rr.region] = Evidence(state.failed_alone, now, plan.epoch if since is None else since, passed,
+                                           waits, False, since_at)
+            then = ("records its region already published fail now too (an outage, or a changed query): "
+                    "onSuspectTimeout=deadLetter never dead-letters on that; tried again after "
+                    f"{utc(now + suspect_backoff(waits))}" if plan.settings.dead_letter_on_timeout
+                    else "the query stops at its next plan (onSuspectTimeout=fail)")
+            checked[rr.region] = outcome._replace(status=Outcome.QUARANTINED, dead_letter=None, reason=(
+                f"{unproven}; {then} ({cause})"))
+            continue
         evidence[rr.region] = Evidence(state.failed_alone, now, plan.epoch if since is None else since, passed,
-                                       waits, passed_now)
+                                       waits, passed_now, since_at)
         looks = "" if why is NO_SANDWICH else "; looks like an outage, not poison, so far"
         checked[rr.region] = outcome._replace(status=Outcome.QUARANTINED, dead_letter=None, reason=(
             f"offset {rr.start} {why}{looks}; tried again after {utc(now + suspect_backoff(waits))} ({cause})"))
     return checked, evidence
+
+
+UNPROVEN_ADVICE = ("if it is bad input, name its exception class in deadLetterOn, or set onSuspectTimeout=deadLetter; "
+                   "if it is an outage, name its class in outageOn, or raise suspectTimeout; then start the query "
+                   "again: it goes on where it stopped, and tries the record once more")
+
+
+def unproven_suspects(states: Mapping[str, RegionState], settings: Settings, run_started_at: float) -> None:
+    """Refuse to plan on (``RegionalSuspectTimeoutError``) when a region's suspect failed alone, in this run, at or
+    after its ``suspectTimeout``, unproven, and that fails the query (``onSuspectTimeout=fail``). Judged with this
+    run's settings, and only on failures seen in this run: a start with ``deadLetterOn``, ``outageOn``, a longer
+    ``suspectTimeout`` or ``deadLetter`` tries the record once more under them."""
+    bound = settings.suspect_timeout_s
+    if bound is None or settings.dead_letter_on_timeout or not settings.isolates:
+        return
+    stuck = sorted((r, s) for r, s in states.items()
+                   if s.suspect_since_at is not None and s.failed_alone_at is not None and s.ref_epoch is not None
+                   and s.failed_alone_at >= max(s.suspect_since_at + bound, run_started_at))
+    if not stuck:
+        return
+    region, state = stuck[0]
+    more = f" (and {len(stuck) - 1} more region(s))" if len(stuck) > 1 else ""
+    raise RegionalSuspectTimeoutError(
+        f"region {region!r}{more}: the record at offset {state.committed_offset} kept failing alone and was neither "
+        f"proven poison nor passed within suspectTimeout={bound:g}s (onSuspectTimeout=fail). Its last reason: "
+        f"{state.reason}. What to do: {UNPROVEN_ADVICE}")
 
 
 def utc(seconds: float) -> str:
@@ -534,9 +607,13 @@ def utc(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+POISON_KEPT = 64  # a region's dead-lettered offsets its state keeps for probes to leave out, the latest
+
+
 def recent_poison(offsets: tuple[int, ...], committed: int) -> tuple[int, ...]:
-    """The dead-lettered offsets a later probe may meet: those at most ``PROBE_SPAN`` below ``committed``."""
-    return tuple(o for o in offsets if o >= committed - PROBE_SPAN)
+    """The dead-lettered offsets a later probe may meet: those at most ``PROBE_REACH`` below ``committed``, the latest
+    ``POISON_KEPT`` of them (a probe over an older one fails: no witness, never a wrong one)."""
+    return tuple(o for o in offsets if o >= committed - PROBE_REACH)[-POISON_KEPT:]
 
 
 def isolation_narrowing(plan: EpochPlan, failed: Mapping[str, RegionOutcome],
@@ -600,7 +677,7 @@ def fell_back(rr: RegionRange, state: RegionState, own: RegionOutcome | None, na
         (rr.start, rr.end) if narrowed else state.isolating, state.dead_letters,
         state.timed_range if timeout else None, kept.failed_alone, kept.failed_alone_at, kept.alone_since,
         kept.probe_passed, kept.alone_waits, recent_poison(state.poison, rr.start) if state.poison else (),
-        state.first_seen_epoch, state.first_seen_at)
+        state.first_seen_epoch, state.first_seen_at, kept.suspect_since_at)
     ref = after.ref_epoch
     return after, FallBack(-1 if ref is None else ref, why, quarantined)
 

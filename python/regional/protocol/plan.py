@@ -195,8 +195,12 @@ def plan_epoch(
             if end == start + 1 == state.isolating[1]:
                 alone.add(region)
                 same = start == state.committed_offset  # else records were lost: its evidence is another record's
+                # Further afield only while no witness has passed since its last failure alone that was a try (or
+                # its first): once one has, a failure alone is a try whatever the probes beside it do now.
+                found = state.probe_passed is not None and state.alone_since is not None \
+                    and state.probe_passed > state.alone_since
                 probes[region] = probe_ranges(start, available.get(region, start), log_starts.get(region, 0),
-                                              sparse, state.poison, state.alone_waits if same else 0)
+                                              sparse, state.poison, state.alone_waits if same and not found else 0)
         if max_per_region is not None:
             end = min(end, start + max_per_region)
         backlog[region] = (start, end)
@@ -221,19 +225,29 @@ def retry_due(state: RegionState, settings: Settings, now: float | None = None) 
     return state.retry_due(settings.dead_letter_retry_backoff_s, now)
 
 
-PROBE_SPAN = 8  # offsets a probe reads (several: a Kafka offset may hold no record)
+PROBE_SPAN = 8  # offsets the first probes read beside a suspect (several: a Kafka offset may hold no record)
+# After a failure alone that found no witness, probes of PROBE_CHUNKS ranges of one size each side, the size cycling
+# through 1, 2, 4, ... 2 ** (PROBE_SIZES - 1) offsets: so far at most PROBE_REACH offsets from the suspect.
+PROBE_CHUNKS = 3
+PROBE_SIZES = 9
+PROBE_REACH = PROBE_CHUNKS << (PROBE_SIZES - 1)
 
 
 def probe_ranges(suspect: int, end: int, first: int, sparse: bool = False, poison: tuple[int, ...] = (),
                  waits: int = 0) -> list[tuple[int, int]]:
-    """The neighbours of an isolated record at ``suspect`` that its probes read in the same epoch, records of its own
-    region (docs/design.md, "Poison or outage"); none when it has none.
+    """The witnesses an isolated record at ``suspect`` is tried beside in the same epoch: ranges of records of its own
+    region ``[first, end)``, each its own probe (docs/design.md, "Poison or outage"); none when it has none. A probe
+    testifies when it passes and writes rows.
 
-    - Before it: of the ``PROBE_SPAN`` offsets before it, the run nearest it without a record dead-lettered
-      (``poison``: a poison record stays poison, it is no neighbour). They were committed: they passed once.
-    - Else after it: the ``PROBE_SPAN`` offsets after it in one probe; after a failure alone that was no try
-      (``waits``), each record on its own (one of them may be poison too, not isolated yet), twice as many after
-      each such failure, at most ``PROBE_SPAN``.
+    - First (``waits`` 0): of the ``PROBE_SPAN`` offsets before it, the run nearest it without a record dead-lettered
+      (``poison``: a poison record stays poison, it is no witness); they were published once. Else the
+      ``PROBE_SPAN`` offsets after it, in one probe.
+    - After each failure alone that found no witness (``waits``): ``PROBE_CHUNKS`` ranges before it (published
+      records, run again; known poison left out), as many after it, and as many at the end of what its region has,
+      all of one size, 1, 2, 4, ... offsets, a size larger with each wait, in a cycle. Small ranges find the one
+      healthy record between bursts of poison; large ones hold a record that a filter keeps, or one at offsets that
+      hold few records. A burst of poison up to ``PROBE_REACH`` long has a witness past it within a cycle, when its
+      region has one.
 
     An input with ``sparse`` offsets, where a span of offsets may hold no record at all, gets two probes: every
     offset of the region before it, and every one after it (the replay sources skip their own dead letters)."""
@@ -241,21 +255,54 @@ def probe_ranges(suspect: int, end: int, first: int, sparse: bool = False, poiso
     after = (suspect + 1, end) if end > suspect + 1 else None
     if sparse:
         return [span for span in (before, after) if span is not None]
-    if before is not None:
-        lo, hi, skip = max(first, suspect - PROBE_SPAN), suspect, set(poison)
-        while hi > lo and hi - 1 in skip:
-            hi -= 1
-        run = hi
-        while run > lo and run - 1 not in skip:
-            run -= 1
-        if run < hi:
-            return [(run, hi)]
-    if after is None:
-        return []
+    skip = set(poison)
     if waits <= 0:
-        return [(suspect + 1, min(end, suspect + 1 + PROBE_SPAN))]
-    singles = min(PROBE_SPAN, 2 ** min(waits, 3), end - suspect - 1)
-    return [(o, o + 1) for o in range(suspect + 1, suspect + 1 + singles)]
+        if before is not None:
+            lo, hi = max(first, suspect - PROBE_SPAN), suspect
+            while hi > lo and hi - 1 in skip:
+                hi -= 1
+            run = hi
+            while run > lo and run - 1 not in skip:
+                run -= 1
+            if run < hi:
+                return [(run, hi)]
+        return [] if after is None else [(suspect + 1, min(end, suspect + 1 + PROBE_SPAN))]
+    size = 1 << ((waits - 1) % PROBE_SIZES)
+    ranges: list[tuple[int, int]] = []
+    hi = suspect
+    for _ in range(PROBE_CHUNKS):  # before it, nearest first, past the poison it knows (a burst dead-lettered)
+        while hi > first and hi - 1 in skip:
+            hi -= 1
+        if hi <= first:
+            break
+        ranges += _without(max(first, hi - size), hi, skip)
+        hi -= size
+    lo = suspect + 1
+    for _ in range(PROBE_CHUNKS):  # after it, nearest first
+        if lo >= end:
+            break
+        ranges.append((lo, min(end, lo + size)))
+        lo += size
+    hi = end
+    for _ in range(PROBE_CHUNKS):  # at the end of its region: records past a burst
+        if hi <= lo:
+            break
+        ranges.append((max(lo, hi - size), hi))
+        hi -= size
+    return ranges
+
+
+def _without(lo: int, hi: int, skip: set[int]) -> list[tuple[int, int]]:
+    """``[lo, hi)`` in runs that leave out the offsets in ``skip``."""
+    runs, start = [], lo
+    for offset in range(lo, hi) if skip else ():
+        if offset in skip:
+            if start < offset:
+                runs.append((start, offset))
+            start = offset + 1
+    if start < hi:
+        runs.append((start, hi))
+    return runs
 
 
 def isolation_end(start: int, suspect: tuple[int, int]) -> int:

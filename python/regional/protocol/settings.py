@@ -42,6 +42,11 @@ DEFAULTS: dict[str, str] = {
     # fault, dead-lettered on their first failure alone, and classes that are an outage, never dead-lettered.
     "deadLetterOn": "",
     "outageOn": "",
+    # Every suspect is resolved within this (issue 55): proven poison before it, or the policy decides at it. Half
+    # an hour leaves the shipped retries (4 minutes of waits) and any isolation many times over, and fits within
+    # the hour an on-call person looks at a paged alert.
+    "suspectTimeout": "30m",
+    "onSuspectTimeout": "fail",
 }
 SETTING_KEYS = {k.lower(): k for k in DEFAULTS}  # lower-cased -> canonical spelling
 
@@ -78,6 +83,14 @@ _MEANINGS = {
     "outageOn": "Exception classes that mean an outage, a comma list (e.g. `ConnectionError, TimeoutError`): a record "
                 "failing with one of them is never dead-lettered, however long it lasts; it is tried again with "
                 "back-off. `regional.Outage` always is one. A class in both lists is refused.",
+    "suspectTimeout": "The bound on a suspect: an isolated record that keeps failing alone without a verdict is "
+                      "dead-lettered on proof within this time after its first failure alone (plus one retry, at "
+                      "most 10 s), or `onSuspectTimeout` decides (e.g. `30m`). Must be at least `deadLetterRetries` "
+                      "times `deadLetterRetryBackoff` plus 10 s. `outageOn` classes never reach it.",
+    "onSuspectTimeout": "What happens to a suspect still unproven at `suspectTimeout`: `fail` stops the query with "
+                        "an error naming the region, the offset, what was missing and what to set (restarting "
+                        "resumes where it stopped); `deadLetter` dead-letters it, unless records its region already "
+                        "published fail now too (an outage: then the query fails).",
 }
 SETTINGS_OPTIONS = OptionTable("regional's settings", [Option(k, v, _MEANINGS[k]) for k, v in DEFAULTS.items()])
 
@@ -104,6 +117,9 @@ class Settings:
     # The user's verdict (``deadLetterOn``, ``outageOn``): exception class names, as given (``verdict_of``).
     dead_letter_on: tuple[str, ...] = ()
     outage_on: tuple[str, ...] = ()
+    # The bound on a suspect (``weigh_evidence``): None in plans written before it (no bound, as then).
+    suspect_timeout_s: float | None = None
+    dead_letter_on_timeout: bool = False  # onSuspectTimeout=deadLetter; False: fail
 
     @property
     def isolates(self) -> bool:
@@ -116,6 +132,7 @@ class Settings:
         opts = {k.lower(): str(v) for k, v in values.items()}
         timeout = opts.get("regiontimeout", "").strip()
         backoff = opts.get("deadletterretrybackoff", "").strip()
+        suspect_timeout_s, dead_letter_on_timeout = parse_suspect_bound(opts)
         return cls(
             enabled=parse_bool(opts, "enabled"),
             max_consecutive_failures=parse_int(opts, "maxConsecutiveFailures", minimum=1),
@@ -128,6 +145,8 @@ class Settings:
             dead_letter_topic=parse_topic(opts, "deadLetterTopic", opts.get("deadletterpath", "")),
             dead_letter_retries=parse_int(opts, "deadLetterRetries", minimum=0),
             dead_letter_retry_backoff_s=parse_backoff("deadLetterRetryBackoff", backoff) if backoff else 0.0,
+            suspect_timeout_s=suspect_timeout_s,
+            dead_letter_on_timeout=dead_letter_on_timeout,
             **parse_verdicts(opts),
         )
 
@@ -141,7 +160,8 @@ class Settings:
     def from_json(cls, data: Mapping[str, Any]) -> Settings:
         # absent in plans written before them
         optional = {"dead_letter_path", "max_dead_letters_per_epoch", "dead_letter_topic", "dead_letter_retries",
-                    "dead_letter_retry_backoff_s", "dead_letter_on", "outage_on"}
+                    "dead_letter_retry_backoff_s", "dead_letter_on", "outage_on", "suspect_timeout_s",
+                    "dead_letter_on_timeout"}
         names = {f.name for f in fields(cls)} - optional
         missing = names - set(data)
         if missing:
@@ -155,7 +175,9 @@ class Settings:
                    None if data.get("dead_letter_topic") is None else str(data["dead_letter_topic"]),
                    int(data.get("dead_letter_retries", 0)), float(data.get("dead_letter_retry_backoff_s", 0.0)),
                    tuple(str(n) for n in data.get("dead_letter_on") or ()),
-                   tuple(str(n) for n in data.get("outage_on") or ()))
+                   tuple(str(n) for n in data.get("outage_on") or ()),
+                   None if data.get("suspect_timeout_s") is None else float(data["suspect_timeout_s"]),
+                   bool(data.get("dead_letter_on_timeout", False)))
 
 
 def given_settings(options: Mapping[str, str]) -> dict[str, str]:
@@ -357,3 +379,30 @@ def parse_duration(key: str, value: str) -> float:
     if seconds <= 0:
         raise RegionalConfigError(f"{key}={value!r} must be longer than zero")
     return seconds
+
+
+SUSPECT_MARGIN_S = 10.0  # the least time a suspectTimeout leaves beyond the retries' waits
+
+
+def parse_suspect_bound(opts: Mapping[str, str]) -> tuple[float, bool]:
+    """``suspectTimeout`` and ``onSuspectTimeout``. The bound must leave room for the tries it bounds: a bound the
+    retries cannot fit in would decide every suspect by policy, never by proof."""
+    raw = _raw(opts, "suspectTimeout")
+    timeout = parse_duration("suspectTimeout", raw)
+    retries = parse_int(opts, "deadLetterRetries", minimum=0)
+    backoff_raw = str(opts.get("deadletterretrybackoff", "")).strip()
+    backoff = parse_backoff("deadLetterRetryBackoff", backoff_raw) if backoff_raw else 0.0
+    if timeout < retries * backoff + SUSPECT_MARGIN_S:
+        raise RegionalConfigError(
+            f"suspectTimeout={raw} leaves no room for deadLetterRetries={retries} tries deadLetterRetryBackoff="
+            f"{backoff_raw or '0'} apart: give at least {_minutes(retries * backoff + SUSPECT_MARGIN_S)} (their "
+            f"waits plus {SUSPECT_MARGIN_S:g} s for the epochs that gather evidence), or fewer retries")
+    policy = _raw(opts, "onSuspectTimeout").lower()
+    if policy not in ("fail", "deadletter"):
+        raise RegionalConfigError(f"onSuspectTimeout={policy!r} is not a policy: use fail (the query stops, "
+                                  "naming the record) or deadLetter (the record is dead-lettered)")
+    return timeout, policy == "deadletter"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:g}s" if seconds < 60 or seconds % 60 else f"{seconds / 60:g}m"

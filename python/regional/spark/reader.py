@@ -22,6 +22,7 @@ from regional.errors import NEW_QUERY, RegionalConfigError, RegionalDataLossErro
 from regional.inputs import load_input
 from regional.inputs.base import AcknowledgingInput, RegionInput, RetainedInput, StoredInput
 from regional.options import SPARK_READ, Option, OptionTable, check_given, declared_by
+from regional.protocol.decide import unproven_suspects
 from regional.protocol.plan import (
     INITIAL_EPOCH,
     EpochPlan,
@@ -192,6 +193,7 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.available_now is not None:
             available = {r: min(n, self.available_now.get(r, 0)) for r, n in available.items()}
         settings = self.resolved_settings()
+        unproven_suspects(states, settings, self.started_at)  # onSuspectTimeout=fail: the query stops here
         acknowledge = self.input.phase_two_options() if isinstance(self.input, AcknowledgingInput) else None
 
         def plan_now() -> EpochPlan:

@@ -69,6 +69,10 @@ class RegionState(NamedTuple):
     # When it was first seen (epoch, wall-clock seconds), kept until it first commits: the age of its ref_epoch -1.
     first_seen_epoch: int | None = None
     first_seen_at: float | None = None
+    # When its suspect first failed alone (wall-clock seconds): ``suspectTimeout`` runs from here. Kept while the
+    # region only dead-letters by that policy (a burst with no witness is one wait, not one per record), reset when
+    # it commits a record or a record is proven poison.
+    suspect_since_at: float | None = None
 
     def retry_due(self, backoff_s: float, now: float | None = None) -> float | None:
         """When this region, whose isolated record failed alone, may be planned again: ``deadLetterRetryBackoff``
@@ -111,7 +115,7 @@ def suspect_backoff(waits: int) -> float:
     """How long a region waits after its isolated record failed alone ``waits`` times in a row without being a try
     (no evidence yet, or an outage): 1 s, doubling, at most ``SUSPECT_BACKOFF_MAX_S`` (so that it is current again
     within that long after an outage ends)."""
-    return 0.0 if waits <= 0 else min(SUSPECT_BACKOFF_MAX_S, 2.0 ** (waits - 1))
+    return 0.0 if waits <= 0 else min(SUSPECT_BACKOFF_MAX_S, 2.0 ** min(waits - 1, 62))  # no float overflow
 
 
 def _standing(value: Any) -> Standing:
@@ -130,10 +134,11 @@ REGION_STATE_COLUMNS = ("id", "committed_offset", "last_epoch", "consecutive_fai
 # other than its default), with their defaults.
 OPTIONAL_REGION_STATE_COLUMNS: dict[str, Any] = {
     "failed_alone": 0, "failed_alone_at": None, "alone_since": None, "probe_passed": None, "alone_waits": 0,
-    "poison": (), "first_seen_epoch": None, "first_seen_at": None}
+    "poison": (), "first_seen_epoch": None, "first_seen_at": None, "suspect_since_at": None}
 _OPTIONAL_DECODE: dict[str, Callable[[Any], Any]] = {
     "failed_alone": int, "failed_alone_at": float, "alone_since": int, "probe_passed": int, "alone_waits": int,
-    "poison": lambda v: tuple(int(o) for o in v), "first_seen_epoch": int, "first_seen_at": float}
+    "poison": lambda v: tuple(int(o) for o in v), "first_seen_epoch": int, "first_seen_at": float,
+    "suspect_since_at": float}
 
 
 def regions_to_columns(regions: Mapping[str, RegionState]) -> dict[str, list[Any]]:
@@ -254,6 +259,9 @@ class EpochRecord:
     # is due ``failed_alone_at`` + the backoff, and has had ``failed_alone`` of ``retries + 1`` tries.
     dead_letter_retries: int = 0
     dead_letter_retry_backoff_s: float = 0.0
+    # The plan's suspectTimeout and onSuspectTimeout, for status: a suspect is resolved by ``suspect_since_at`` + this.
+    suspect_timeout_s: float | None = None
+    dead_letter_on_timeout: bool = False
 
     @property
     def backoff_s(self) -> float:
@@ -298,6 +306,8 @@ class EpochRecord:
             **({"dead_letter_retries": self.dead_letter_retries,
                 "dead_letter_retry_backoff_s": self.dead_letter_retry_backoff_s}
                if self.dead_letter_retries or self.dead_letter_retry_backoff_s else {}),
+            **({"suspect_timeout_s": self.suspect_timeout_s, "dead_letter_on_timeout": self.dead_letter_on_timeout}
+               if self.suspect_timeout_s is not None else {}),
         }
 
     @classmethod
@@ -319,6 +329,8 @@ class EpochRecord:
             outage_epochs=int(data.get("outage_epochs", 0)),
             dead_letter_retries=int(data.get("dead_letter_retries", 0)),
             dead_letter_retry_backoff_s=float(data.get("dead_letter_retry_backoff_s", 0.0)),
+            suspect_timeout_s=None if data.get("suspect_timeout_s") is None else float(data["suspect_timeout_s"]),
+            dead_letter_on_timeout=bool(data.get("dead_letter_on_timeout", False)),
         )
 
 

@@ -115,6 +115,17 @@ class QueryStatus:
         passed, since = state.probe_passed, state.alone_since
         return ("evidence" if passed is not None and since is not None and passed > since else "outage"), due
 
+    def resolved_by(self, region: str) -> tuple[float, str] | None:
+        """When a region's suspect is resolved at the latest (``suspectTimeout`` after its first failure alone, by the
+        newest epoch's settings) and what happens then if it is not proven poison before: ``the query fails`` or
+        ``dead-lettered`` (``onSuspectTimeout``). None when no suspect of it waits, or no bound runs."""
+        state, last = self.regions.get(region), self.epochs[-1] if self.epochs else None
+        if state is None or state.suspect_since_at is None or state.ref_epoch is None or last is None \
+                or last.suspect_timeout_s is None:
+            return None
+        return (state.suspect_since_at + last.suspect_timeout_s,
+                "dead-lettered" if last.dead_letter_on_timeout else "the query fails")
+
     def waiting_json(self, region: str) -> dict[str, Any] | None:
         why = self.waiting(region)
         if why is None:
@@ -139,7 +150,12 @@ class QueryStatus:
                 "consecutive_failures": s.consecutive_failures, "reason": s.reason,
                 "retention_headroom": self.retention_headroom(region), "dead_letters": s.dead_letters,
                 "isolating": None if s.isolating is None else list(s.isolating), "timed_range": s.timed_range,
-                "retry": self.retry_json(region), "waiting": self.waiting_json(region)}
+                "retry": self.retry_json(region), "waiting": self.waiting_json(region),
+                "resolved_by": self.resolved_by_json(region)}
+
+    def resolved_by_json(self, region: str) -> dict[str, Any] | None:
+        bound = self.resolved_by(region)
+        return None if bound is None else {"at": bound[0], "unproven_then": bound[1]}
 
     def to_json(self) -> dict[str, Any]:
         return {

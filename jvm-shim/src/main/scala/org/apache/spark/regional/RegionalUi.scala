@@ -211,9 +211,18 @@ object RegionalPage {
   def reason(r: JsonNode): String = {
     val why = if (r.path("reason").isTextual) r.path("reason").asText() else ""
     val isolating = r.path("isolating")
-    if (isolating.isArray && isolating.size() == 2)
-      s"isolating offsets [${isolating.get(0).asLong()}, ${isolating.get(1).asLong()}) $why".trim
-    else why
+    val shown =
+      if (isolating.isArray && isolating.size() == 2)
+        s"isolating offsets [${isolating.get(0).asLong()}, ${isolating.get(1).asLong()}) $why".trim
+      else why
+    // issue 55: every suspect is resolved within suspectTimeout; the page says by when and what happens then
+    val bound = r.path("resolved_by")
+    if (bound.path("at").isNumber) {
+      val at = java.time.Instant.ofEpochMilli((bound.path("at").asDouble() * 1000).toLong)
+        .truncatedTo(java.time.temporal.ChronoUnit.SECONDS)
+      s"$shown (resolved by $at at the latest: dead-lettered once proven poison, else " +
+        s"${bound.path("unproven_then").asText("")})"
+    } else shown
   }
 
   def sortRows(rows: Seq[(String, JsonNode)], key: String, desc: Boolean): Seq[(String, JsonNode)] = {

@@ -1,0 +1,313 @@
+"""Poison resolved in bounded time, whatever its neighbours (issue 55), pure: plan and decide over a simulated clock.
+
+Before issue 55 a suspect needed records of its own region within 8 offsets that wrote rows: a burst of poison, a
+filter that keeps few records, offsets that hold no record, or a region of nothing but poison held the region for
+ever. Now witnesses are looked for further along and among records already published (``probe_ranges``), and every
+suspect is resolved within ``suspectTimeout``: proven poison before it, or ``onSuspectTimeout`` decides at it (the
+query stops with an error that says what to do, or the record is dead-lettered).
+
+Each generated run must end (liveness): the bounded query finishes, or stops with that error. And no healthy record
+is ever dead-lettered by proof, under any outage window shorter than it takes to fool ``deadLetterRetries``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from regional.errors import RegionalSuspectTimeoutError
+from regional.protocol.decide import (
+    Outcome,
+    TaskOutcome,
+    decide,
+    outcomes_from_tasks,
+    unproven_suspects,
+    with_failure_causes,
+)
+from regional.protocol.plan import EpochPlan, plan_epoch, retry_due
+from regional.protocol.settings import Settings
+from regional.store import EpochRecord
+from regional.store.model import TaskFailure
+from support import python_traceback
+
+ATTEMPTS = 2
+CORES = 2
+TASK_S = 0.7
+PYTHON_EXCEPTION = "org.apache.spark.api.python.PythonException"
+
+
+@dataclass(frozen=True)
+class Region:
+    """A region's input: ``size`` offsets; ``poison`` records fail in the UDF; ``filtered`` records never reach it
+    (a ``where`` before it: they pass and write no row); ``absent`` offsets hold no record (Kafka's compaction,
+    transaction markers)."""
+
+    size: int
+    poison: frozenset[int] = frozenset()
+    filtered: frozenset[int] = frozenset()
+    absent: frozenset[int] = frozenset()
+
+    def called(self, lo: int, hi: int) -> list[int]:
+        """The records of ``[lo, hi)`` that reach the UDF."""
+        return [o for o in range(lo, hi) if o not in self.absent and o not in self.filtered]
+
+    @property
+    def healthy(self) -> list[int]:
+        return [o for o in range(self.size) if o not in self.poison and o not in self.absent]
+
+
+@dataclass
+class BoundedRun:
+    """One query over ``regions``; the service the UDF calls is down for a region during its ``windows``; with
+    ``cache``, the client answers records it answered before (published ones) from its cache, down or not."""
+
+    regions: dict[str, Region]
+    windows: list[tuple[float, float, frozenset[str]]]
+    settings: Settings
+    cache: bool = False
+    now: float = 0.0
+    record: EpochRecord | None = None
+    published: dict[str, list[int]] = field(default_factory=dict)
+    dead: dict[str, list[int]] = field(default_factory=dict)
+    stopped: RegionalSuspectTimeoutError | None = None
+    epochs: int = 0
+
+    def down(self, region: str, t: float) -> bool:
+        return any(lo <= t < hi and region in scope for lo, hi, scope in self.windows)
+
+    def longest_outage(self, region: str) -> float:
+        return max((hi - lo for lo, hi, scope in self.windows if region in scope), default=0.0)
+
+    def attempt(self, region: str, lo: int, hi: int, t: float) -> str | None:
+        """The exception line of an attempt at ``[lo, hi)`` at time ``t``, or None when it passes."""
+        data = self.regions[region]
+        called = data.called(lo, hi)
+        bad = [o for o in called if o in data.poison]
+        if bad:
+            return f"ValueError: cannot parse {region}@{bad[0]}"
+        answered = set(self.published.get(region, ())) if self.cache else set()
+        if any(o not in answered for o in called) and self.down(region, t):
+            return f"ConnectionError: {region}'s service is down"
+        return None
+
+    def outcomes(self, plan: EpochPlan) -> dict:
+        tasks, failures, finish = [], {}, self.now
+        for i, rr in enumerate(plan.ranges):
+            start = self.now + (i // CORES) * ATTEMPTS * TASK_S + (i % CORES) * 0.13
+            failed = 0
+            for k in range(ATTEMPTS):
+                t = start + k * TASK_S
+                finish = max(finish, t + TASK_S)
+                line = self.attempt(rr.region, rr.start, rr.end, t)
+                if line is None:
+                    break
+                failed += 1
+                failures.setdefault(i, []).append(TaskFailure(i, k, "1", PYTHON_EXCEPTION, line,
+                                                              python_traceback(line)))
+            if failed == ATTEMPTS:
+                tasks.append(TaskOutcome(i, ATTEMPTS, Outcome.QUARANTINED, plan.query_id, rr.region, rr.start,
+                                         rr.start, reason="failed", dead_letter=b"record" if rr.isolated else None))
+            else:
+                called = self.regions[rr.region].called(rr.start, rr.end)
+                tasks.append(TaskOutcome(i, failed, Outcome.WRITTEN, plan.query_id, rr.region, rr.start, rr.end,
+                                         len(called), called[0] if called else None,
+                                         called[-1] if called else None, f"{rr.region}@{rr.start}"))
+        self.now = finish + 0.2
+        return with_failure_causes(plan, outcomes_from_tasks(plan, tasks), failures)
+
+    def epoch(self, epoch: int) -> EpochPlan | None:
+        states = self.record.regions if self.record else {}
+        try:
+            unproven_suspects(states, self.settings, 0.0)  # as the source does before it plans
+        except RegionalSuspectTimeoutError as stop:
+            self.stopped = stop
+            return None
+        sizes = {r: d.size for r, d in self.regions.items()}
+        plan = plan_epoch(epoch, "q", "ck", states, sizes, self.settings, ends=sizes, now=self.now)
+        if not plan.regions:
+            dues = [d for s in states.values() if (d := retry_due(s, self.settings, self.now)) is not None]
+            if dues:  # the source waits for the first retry due, then plans again
+                self.now = max(self.now, min(dues)) + 0.01
+                return self.epoch(epoch)
+            return plan
+        self.epochs += 1
+        self.record = decide(plan, self.outcomes(plan), self.record, now=self.now)
+        for region, sl in self.record.committed.items():
+            self.published[region] += [o for o in range(sl.start, sl.end) if o not in self.regions[region].absent]
+        for region, letter in self.record.dead_lettered.items():
+            self.dead[region].append(letter.offset)
+        self.now += self.record.backoff_s
+        return plan
+
+    @property
+    def done(self) -> bool:
+        regions = self.record.regions if self.record else {}
+        return self.record is not None and self.record.whole and all(
+            r in regions and regions[r].committed_offset >= d.size for r, d in self.regions.items())
+
+
+def run(regions: dict[str, Region], windows=(), retries: int = 0, backoff: float = 0.0, timeout: float = 600.0,
+        dead_letter_on_timeout: bool = False, cache: bool = False, outage_on: tuple[str, ...] = (),
+        epochs: int = 3000) -> BoundedRun:
+    s = Settings(dead_letter_path="/dead", region_attempts=ATTEMPTS, max_failure_ratio=1.0,
+                 dead_letter_retries=retries, dead_letter_retry_backoff_s=backoff, max_dead_letters_per_epoch=100,
+                 outage_on=outage_on, suspect_timeout_s=timeout, dead_letter_on_timeout=dead_letter_on_timeout)
+    r = BoundedRun(regions, [(lo, lo + n, frozenset(scope)) for lo, n, scope in windows], s, cache,
+                   published={k: [] for k in regions}, dead={k: [] for k in regions})
+    for epoch in range(epochs):
+        plan = r.epoch(epoch)
+        if plan is None or r.done or not plan.regions:
+            break
+    return r
+
+
+def check_exactly_once(r: BoundedRun) -> None:
+    """Every record where it belongs: dead letters once, every other record published once, in order."""
+    for name, data in r.regions.items():
+        assert len(r.dead[name]) == len(set(r.dead[name])), (name, r.dead[name])
+        assert r.published[name] == [o for o in data.healthy if o not in r.dead[name]
+                                     and o < (r.record.regions[name].committed_offset if r.record else 0)], name
+
+
+# -- The issue's situations ---------------------------------------------------------------------------------------
+
+
+def test_a_bad_file_at_a_regions_start_is_proven_by_the_good_file_after_it():
+    """Situation 1: 10 malformed lines then 10 good ones. Before, the first line waited for ever ("records beside it
+    failed too"); the good lines at the region's end now testify, and all 10 are dead-lettered by proof."""
+    r = run({"a": Region(20, frozenset(range(10)))})
+    assert r.done and r.dead["a"] == list(range(10)) and r.published["a"] == list(range(10, 20))
+    check_exactly_once(r)
+
+
+@pytest.mark.parametrize("length", [1, 8, 9, 17, 100])
+@pytest.mark.parametrize("where", ["start", "middle", "end"])
+def test_bursts_of_poison_anywhere_are_proven_without_the_policy(length, where):
+    """Bursts of 1, 8, 9, 17 and 100 poison records at a region's start, middle and end, among 150 records: each is
+    dead-lettered by proof (witnesses before it, after it, or at the region's end), never by the timeout's policy."""
+    first = {"start": 0, "middle": (150 - length) // 2, "end": 150 - length}[where]
+    r = run({"a": Region(150, frozenset(range(first, first + length))), "b": Region(5)}, timeout=1e9)
+    assert r.done, r.record.regions["a"] if r.record else None
+    assert r.dead["a"] == list(range(first, first + length))
+    check_exactly_once(r)
+
+
+def test_a_filter_before_the_udf_hides_no_witness_for_long():
+    """Situation 2: only `order` events reach the parser, 10 to 20 offsets apart, one malformed: its nearest
+    neighbours pass and write no row; ranges further along hold orders that do."""
+    orders = [0, 13, 25, 41, 52, 70, 84, 97, 111, 128, 140]
+    bad = 52
+    r = run({"a": Region(150, frozenset({bad}), frozenset(set(range(150)) - set(orders)))}, timeout=1e9)
+    assert r.done and r.dead["a"] == [bad]
+    assert r.published["a"] == [o for o in range(150) if o != bad]  # filtered records count as done, as Spark's
+    check_exactly_once(r)
+
+
+def test_offsets_that_hold_no_record_are_no_obstacle():
+    """Kafka's compacted or transactional topics: the offsets beside the suspect hold no record at all."""
+    absent = frozenset(o for o in range(200) if o % 7 or o == 0) - {60, 63}
+    r = run({"a": Region(200, frozenset({63}), absent=absent)}, timeout=1e9)
+    assert r.done and r.dead["a"] == [63]
+    check_exactly_once(r)
+
+
+def test_a_region_of_nothing_but_poison_stops_the_query_at_the_bound_with_what_to_do():
+    """Situation 1's last case: a region whose only two records are both bad has no witness at all. With
+    onSuspectTimeout=fail (the default) the query stops at the bound with regional's error, naming the region, the
+    offset and what to set; no record is dead-lettered on that, and the healthy region is done meanwhile."""
+    r = run({"a": Region(2, frozenset({0, 1})), "b": Region(30)}, timeout=600.0)
+    assert r.stopped is not None and not r.done
+    text = str(r.stopped)
+    assert "region 'a'" in text and "offset 0" in text and "suspectTimeout=600s" in text
+    assert "deadLetterOn" in text and "outageOn" in text and "onSuspectTimeout=deadLetter" in text
+    assert r.dead == {"a": [], "b": []} and r.published["b"] == list(range(30))
+    assert 600 <= r.now <= 600 + 60, r.now  # within the bound, plus a retry and an epoch
+
+
+def test_the_deadletter_policy_drains_a_region_of_nothing_but_poison_within_one_bound():
+    """onSuspectTimeout=deadLetter: the first record at the bound, the rest of the burst without a new bound each
+    (the region's clock runs from its first suspect while it only dead-letters by the policy)."""
+    r = run({"a": Region(10, frozenset(range(10))), "b": Region(5)}, timeout=300.0, dead_letter_on_timeout=True)
+    assert r.done and r.dead["a"] == list(range(10)) and r.stopped is None
+    assert r.now < 300 + 200, r.now
+    reasons = [d.error for e in [r.record] for d in e.dead_lettered.values()]
+    assert all("onSuspectTimeout=deadLetter" in x for x in reasons)
+
+
+def test_the_deadletter_policy_never_dead_letters_while_published_records_fail_too():
+    """An outage of one region, longer than the bound, that began after the region published records: its
+    published records fail too when run again, so the policy does not dead-letter; it waits, and when the outage
+    ends, every record is published. (A brand-new region has no published record: there the policy decides.)"""
+    r = run({"a": Region(30), "b": Region(30)}, windows=[(5.0, 900.0, ("a",))], timeout=300.0,
+            dead_letter_on_timeout=True, epochs=5000)
+    assert r.done and r.dead == {"a": [], "b": []}
+    assert r.published["a"] == list(range(30)) and r.published["b"] == list(range(30))
+
+
+# -- Properties: liveness and safety, whatever the input and the outages -------------------------------------------
+
+
+@st.composite
+def inputs(draw):
+    regions = {}
+    for name in ("a", "b", "c"):
+        n = draw(st.integers(1, 120 if name == "a" else 40))
+        bad: set[int] = set()
+        for _ in range(draw(st.integers(0, 2))):
+            length = min(n, draw(st.sampled_from([1, 8, 9, 17, 100, draw(st.integers(1, 30))])))
+            first = draw(st.sampled_from([0, (n - length) // 2, n - length]))
+            bad |= set(range(first, first + length))
+        kept = draw(st.sampled_from([1, 1, 3, 10]))  # a filter that keeps one record in `kept`
+        filtered = {o for o in range(n) if o % kept and o not in bad}
+        absent = {o for o in range(n) if draw(st.booleans()) and o not in bad} if draw(st.booleans()) else set()
+        regions[name] = Region(n, frozenset(bad), frozenset(filtered - absent), frozenset(absent))
+    return regions
+
+
+windows = st.lists(st.tuples(st.floats(0, 300), st.floats(0.05, 200), st.sampled_from(
+    [("a", "b", "c"), ("a",), ("b", "c")])), max_size=2)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(inputs(), windows, st.sampled_from([0, 1]), st.booleans())
+def test_every_run_ends_and_no_healthy_record_is_dead_lettered(regions, spans, retries, dead_letter_at_bound):
+    """Liveness: every run ends within the bound, done or stopped by onSuspectTimeout=fail's error, with bursts,
+    filters, empty offsets and regions of nothing but poison. Safety: a healthy record is dead-lettered only by the
+    deadLetter policy, and only in a region down for longer than the bound; never by proof under these outages (one
+    or two windows: fewer than it takes to fool deadLetterRetries=1)."""
+    timeout = 400.0
+    r = run(regions, spans, retries=retries, backoff=5.0, timeout=timeout,
+            dead_letter_on_timeout=dead_letter_at_bound)
+    assert r.done or r.stopped is not None, "the run neither ended nor stopped"
+    if r.stopped is not None:
+        assert not dead_letter_at_bound
+    for name, data in regions.items():
+        healthy_letters = [o for o in r.dead[name] if o not in data.poison]
+        if healthy_letters:
+            assert dead_letter_at_bound and r.longest_outage(name) >= timeout or retries == 0 and len(spans) > 1, (
+                name, healthy_letters, r.windows)
+    if r.done:
+        check_exactly_once(r)
+        for name, data in regions.items():
+            assert set(data.poison) <= set(r.dead[name])
+    if not spans and r.stopped is None:
+        assert r.now <= sum(math.ceil(len(d.poison)) for d in regions.values()) * (timeout + 60) + 600
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(inputs(), st.lists(st.tuples(st.floats(0, 300), st.floats(0.05, 400), st.sampled_from(
+    [("a", "b", "c"), ("a",)])), max_size=6))
+def test_with_a_response_cache_outage_on_keeps_every_healthy_record(regions, spans):
+    """Situation 5: a client that answers published records from its cache makes them pass during an outage, so
+    they are false witnesses: the evidence rule alone can be fooled (docs/outages.md, "Blind spots"). Naming the
+    client's exception in outageOn (what the docs tell such users to set) dead-letters no healthy record, whatever
+    the outages, and every run still ends."""
+    r = run(regions, spans, retries=0, timeout=900.0, cache=True, outage_on=("ConnectionError",))
+    assert r.done or r.stopped is not None
+    for name, data in regions.items():
+        assert not [o for o in r.dead[name] if o not in data.poison], (name, r.dead[name], r.windows)
+    if r.done:
+        check_exactly_once(r)
