@@ -28,8 +28,9 @@ def start(spark, inp, ck, out, udf, read_options=None, **write_options):
 
 
 def test_settings_changed_between_restarts_lose_and_double_nothing(spark, dirs, tmp_path):
-    """maxRecordsPerRegion, regionAttempts and deadLetterPath changed at each restart, with a poison record in the
-    second run's input: every other record lands once, the poison record in the dead letters once."""
+    """maxRecordsPerRegion, regionAttempts, deadLetterPath and deadLetterOn changed at each restart, with a poison
+    record in the second run's input: every other record lands once, the poison record in the dead letters once
+    (on its first failure alone: deadLetterOn names its ValueError; the evidence rule is test_dead_letters')."""
     inp, out, ck = dirs
     dlq = tmp_path / "dead-letters"
     first = add_epoch_of_files(inp, REGIONS, "001", 30)
@@ -39,7 +40,7 @@ def test_settings_changed_between_restarts_lose_and_double_nothing(spark, dirs, 
     run_epochs(query, ck, 2)  # stops part-way: 20 of each region's 30 records
     second = add_epoch_of_files(inp, REGIONS, "002", 10)
     query = start(spark, inp, ck, out, udf, {"maxRecordsPerRegion": "25"}, regionAttempts="3",
-                  deadLetterPath=str(dlq))
+                  deadLetterPath=str(dlq), deadLetterOn="ValueError")
     try:
         query.processAllAvailable()
     finally:
@@ -54,7 +55,8 @@ def test_settings_changed_between_restarts_lose_and_double_nothing(spark, dirs, 
     expected = {r: [(o, v.upper()) for o, v in enumerate(values) if v not in poison] for r, values in inputs.items()}
     assert_exactly_once(out, expected, spark)
     letters = DeltaTable(str(dlq)).to_pyarrow_table().to_pylist()
-    assert [(r["region"], r["offset"]) for r in letters] == [("b", 25)]
+    assert [(r["region"], r["offset"], r["error"]) for r in letters] == [
+        ("b", 25, "ValueError: poison record b-001-25")]
 
 
 def test_target_path_changed_between_restarts_continues_into_the_new_table(spark, dirs, tmp_path):
