@@ -287,7 +287,7 @@ def test_every_run_ends_and_no_healthy_record_is_dead_lettered(regions, spans, r
     for name, data in regions.items():
         healthy_letters = [o for o in r.dead[name] if o not in data.poison]
         if healthy_letters:
-            assert dead_letter_at_bound and r.longest_outage(name) >= timeout or retries == 0 and len(spans) > 1, (
+            assert (dead_letter_at_bound and r.longest_outage(name) >= timeout) or (retries == 0 and len(spans) > 1), (
                 name, healthy_letters, r.windows)
     if r.done:
         check_exactly_once(r)
@@ -311,3 +311,45 @@ def test_with_a_response_cache_outage_on_keeps_every_healthy_record(regions, spa
         assert not [o for o in r.dead[name] if o not in data.poison], (name, r.dead[name], r.windows)
     if r.done:
         check_exactly_once(r)
+
+
+# -- Review of issue 55 (regressions) ------------------------------------------------------------------------------
+
+
+def test_a_record_failing_long_after_a_policy_burst_gets_its_own_bound():
+    """The region's clock goes on only into the burst that failed beside its policy dead letter. Before, it went on
+    until the region committed: a region whose last records were dead-lettered by onSuspectTimeout=deadLetter then
+    dead-lettered the next record to arrive, an hour later, at its first failure alone in a 5-second outage."""
+    r = run({"a": Region(2, frozenset({0, 1})), "b": Region(30)}, timeout=300.0, dead_letter_on_timeout=True)
+    assert r.done and r.dead["a"] == [0, 1]
+    r.now += 3600.0
+    r.regions["a"] = Region(3, frozenset({0, 1}))  # a healthy record arrives, while a's service is down for 5 s
+    r.windows.append((r.now, r.now + 5.0, frozenset({"a"})))
+    assert r.record is not None
+    for epoch in range(r.record.epoch + 1, r.record.epoch + 200):
+        plan = r.epoch(epoch)
+        if plan is None or r.done or not plan.regions:
+            break
+    assert r.done and r.dead["a"] == [0, 1] and r.published["a"] == [2]
+    check_exactly_once(r)
+
+
+def test_poison_the_region_forgot_never_holds_the_deadletter_policy():
+    """A region keeps the latest 64 of its dead letters for probes to leave out. Before, probes of records before a
+    suspect reached the older ones, which failed: 'records its region already published fail now too', so
+    onSuspectTimeout=deadLetter never decided and the region waited for ever (70 bad lines, a line the filter drops,
+    one more bad line)."""
+    r = run({"a": Region(72, frozenset(range(70)) | {71}, frozenset({70})), "b": Region(5)}, timeout=300.0,
+            dead_letter_on_timeout=True, epochs=800)
+    assert r.done, r.record.regions["a"] if r.record else None
+    assert r.dead["a"] == [*range(70), 71]
+    check_exactly_once(r)
+
+
+def test_a_lone_regions_outage_of_hours_never_overflows_the_backoff():
+    """outageOn: a lone region's outage waits however long, an epoch every 10 s. Before, the epoch back-off was 2 **
+    (outage epochs - 1) capped after the power: after 1,025 outage epochs (3 hours) the driver failed with
+    OverflowError."""
+    r = run({"a": Region(3)}, windows=[(0.0, 1e6, ("a",))], outage_on=("ConnectionError",), epochs=1100)
+    assert r.record is not None and r.record.outage_epochs > 1025 and r.record.backoff_s == 10.0
+    assert r.dead["a"] == [] and r.published["a"] == []

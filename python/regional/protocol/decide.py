@@ -25,7 +25,7 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 from regional.errors import RegionalDeadLetterLimitError, RegionalPlanError, RegionalSuspectTimeoutError
-from regional.protocol.plan import PROBE_REACH, EpochPlan, RegionRange
+from regional.protocol.plan import POISON_KEPT, PROBE_REACH, EpochPlan, RegionRange
 from regional.protocol.settings import ALWAYS_OUTAGE, ALWAYS_POISON, Settings
 from regional.store.model import (
     DeadLetter,
@@ -424,7 +424,9 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
                                              dead_letters=state.dead_letters + (rr.end - rr.start),
                                              timed_range=state.timed_range if timeout else None,
                                              poison=recent_poison((*state.poison, rr.start), outcome.end),
-                                             suspect_since_at=outcome.timed_out_since)
+                                             # the clock goes on only into the burst that failed beside it now: a
+                                             # record that fails later (a short outage, hours on) gets its own bound
+                                             suspect_since_at=None if burst is None else outcome.timed_out_since)
         else:
             committed[rr.region] = Slice(rr.start, outcome.end, outcome.rows, cut=outcome.end < rr.end)
             regions[rr.region] = wrote(plan.epoch, rr, state, outcome, timeout, slow)
@@ -607,12 +609,9 @@ def utc(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-POISON_KEPT = 64  # a region's dead-lettered offsets its state keeps for probes to leave out, the latest
-
-
 def recent_poison(offsets: tuple[int, ...], committed: int) -> tuple[int, ...]:
-    """The dead-lettered offsets a later probe may meet: those at most ``PROBE_REACH`` below ``committed``, the latest
-    ``POISON_KEPT`` of them (a probe over an older one fails: no witness, never a wrong one)."""
+    """The dead-lettered offsets a later probe may meet: those at most ``PROBE_REACH`` below ``committed`` (all of
+    them: ``POISON_KEPT``; probes reach no further, ``probe_ranges``)."""
     return tuple(o for o in offsets if o >= committed - PROBE_REACH)[-POISON_KEPT:]
 
 

@@ -231,6 +231,9 @@ PROBE_SPAN = 8  # offsets the first probes read beside a suspect (several: a Kaf
 PROBE_CHUNKS = 3
 PROBE_SIZES = 9
 PROBE_REACH = PROBE_CHUNKS << (PROBE_SIZES - 1)
+# A region's dead-lettered offsets its state keeps for probes to leave out: all of those PROBE_REACH below its
+# committed offset (there are at most that many), none further (``recent_poison``).
+POISON_KEPT = PROBE_REACH
 
 
 def probe_ranges(suspect: int, end: int, first: int, sparse: bool = False, poison: tuple[int, ...] = (),
@@ -256,6 +259,10 @@ def probe_ranges(suspect: int, end: int, first: int, sparse: bool = False, poiso
     if sparse:
         return [span for span in (before, after) if span is not None]
     skip = set(poison)
+    # Before it, only records whose dead letters its region still knows (``recent_poison``: PROBE_REACH below it):
+    # further down a record may be poison it forgot, and a probe of it that fails would say that published records
+    # fail now (``published_failed``: an outage), holding onSuspectTimeout=deadLetter for ever.
+    first = max(first, suspect - PROBE_REACH)
     if waits <= 0:
         if before is not None:
             lo, hi = max(first, suspect - PROBE_SPAN), suspect

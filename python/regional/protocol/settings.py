@@ -90,7 +90,8 @@ _MEANINGS = {
     "onSuspectTimeout": "What happens to a suspect still unproven at `suspectTimeout`: `fail` stops the query with "
                         "an error naming the region, the offset, what was missing and what to set (restarting "
                         "resumes where it stopped); `deadLetter` dead-letters it, unless records its region already "
-                        "published fail now too (an outage: then the query fails).",
+                        "published fail now too (an outage, or a changed query: then it waits and is tried "
+                        "again).",
 }
 SETTINGS_OPTIONS = OptionTable("regional's settings", [Option(k, v, _MEANINGS[k]) for k, v in DEFAULTS.items()])
 

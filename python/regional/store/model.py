@@ -69,9 +69,9 @@ class RegionState(NamedTuple):
     # When it was first seen (epoch, wall-clock seconds), kept until it first commits: the age of its ref_epoch -1.
     first_seen_epoch: int | None = None
     first_seen_at: float | None = None
-    # When its suspect first failed alone (wall-clock seconds): ``suspectTimeout`` runs from here. Kept while the
-    # region only dead-letters by that policy (a burst with no witness is one wait, not one per record), reset when
-    # it commits a record or a record is proven poison.
+    # When its suspect first failed alone (wall-clock seconds): ``suspectTimeout`` runs from here. Kept into the
+    # records that failed beside a record dead-lettered by that policy (a burst with no witness is one wait, not one
+    # per record), reset when it commits a record, a record is proven poison, or none failed beside it.
     suspect_since_at: float | None = None
 
     def retry_due(self, backoff_s: float, now: float | None = None) -> float | None:
@@ -267,7 +267,7 @@ class EpochRecord:
     def backoff_s(self) -> float:
         """How long the next epoch waits after this one: 0, or 1 s after a stalled outage epoch, doubling with each
         one in a row, at most ``OUTAGE_BACKOFF_MAX_S``."""
-        return 0.0 if self.outage_epochs <= 0 else min(OUTAGE_BACKOFF_MAX_S, 2.0 ** (self.outage_epochs - 1))
+        return 0.0 if self.outage_epochs <= 0 else min(OUTAGE_BACKOFF_MAX_S, 2.0 ** min(self.outage_epochs - 1, 62))
 
     @property
     def whole(self) -> bool:
