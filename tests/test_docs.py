@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 from types import ModuleType
 
@@ -27,11 +28,19 @@ def hooks() -> ModuleType:
     return module
 
 
-def test_the_site_builds_strict(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built once for this module's tests (strictly: a warning fails)."""
+    where = tmp_path_factory.mktemp("docs") / "site"
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(where)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "REGIONAL_DOCS_STRICT": "1"})
     assert done.returncode == 0, done.stderr[-6000:]
+    return where
+
+
+def test_the_site_builds_strict(site):
+    tmp_path = site.parent
     index = (tmp_path / "site" / "index.html").read_text()
     assert "regional" in index
     # The options tables and the error catalogue were rendered from the code, not left as markers.
@@ -95,3 +104,79 @@ def test_the_readme_is_short_and_its_test_command_is_what_ci_runs():
     assert f"    {ci}\n" in readme
     assert "    python3 -m venv .venv && .venv/bin/pip install -q -e '.[timeline]' && .venv/bin/python -m regional " \
            "build-shim && .venv/bin/python -m regional.demo\n" in readme
+
+
+# Every tag the site's pages use (Material's theme, Python-Markdown, pymdownx, mkdocstrings): any other is text
+# the browser swallows, as ``(regional-<query id>, epoch)`` once showed "(regional-, epoch)".
+_HTML_TAGS = set("""a abbr article aside b blockquote body br button code dd details div dl dt em footer form h1 h2 h3
+h4 h5 h6 head header hr html i img input label li link main meta nav ol p path pre script section small span strong
+sub summary sup svg table tbody td th thead title tr ul kbd del ins mark caption colgroup col noscript style
+iframe picture source figure figcaption""".split())
+
+
+class _Page(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: set[str] = set()
+        self.labels: list[str] = []  # the navigation's labels
+        self._label: list[str] | None = None
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.add(tag)
+        if tag == "span" and ("class", "md-ellipsis") in attrs:
+            self._label = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "span" and self._label is not None:
+            self.labels.append(" ".join("".join(self._label).split()))
+            self._label = None
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+        if self._label is not None:
+            self._label.append(data)
+
+
+def _page(site: Path, name: str) -> _Page:
+    page = _Page()
+    page.feed((site / name / "index.html").read_text())
+    return page
+
+
+def test_every_page_shows_its_text_not_unknown_tags(site):
+    for html in sorted(site.rglob("index.html")):
+        page = _Page()
+        page.feed(html.read_text())
+        assert page.tags <= _HTML_TAGS, (html.relative_to(site), page.tags - _HTML_TAGS)
+    delta = " ".join(_page(site, "targets/delta").text)
+    assert "transaction (regional-<query id>, epoch). Remove the option" in delta  # txnAppId's row
+
+
+def test_the_error_catalogue_shows_placeholders_not_code(site):
+    html = (site / "troubleshooting" / "index.html").read_text()
+    catalogue = html.split('id="every-error-from-the-code"', 1)[1]
+    text = " ".join(_page(site, "troubleshooting").text).split("Every error, from the code", 1)[1]
+    for code in ("**name**", "<strong>name", "__name__", "self.", "<f'", "{len(", "type(", ".join("):
+        assert code not in catalogue and code not in text, code
+    placeholders = re.findall(r"<([^<>]*)>", text)
+    assert len(placeholders) > 100
+    odd = sorted({p for p in placeholders if not re.fullmatch(r"[A-Za-z][\w .'-]*|\.\.\.", p)})
+    assert not odd, odd  # a word a reader understands (<region>, <count>, <type>), or <...>
+
+
+def test_the_navigation_shows_module_names_whole_and_apart(site):
+    for name in ("troubleshooting", "api"):
+        dotted = [label for label in _page(site, name).labels if "." in label and " " not in label]
+        assert dotted or name == "api", name  # the API reference names its objects without their module
+        # The side navigation shows about 25 characters of a name it cannot wrap.
+        assert all(len(label) <= 24 for label in dotted), (name, [lb for lb in dotted if len(lb) > 24])
+        assert len(set(dotted)) == len(dotted), name
+
+
+def test_the_api_reference_has_what_progress_and_status_return(site):
+    text = " ".join(_page(site, "api").text)
+    assert "Progress" in text
+    for field in ("committed_offset", "last_epoch", "dead_letters", "reason", "max_lag", "fallen_back",
+                  "outage_suspects", "the next offset to read"):
+        assert field in text, field
