@@ -61,7 +61,7 @@ def register(spark: SparkSession) -> None:
     """Register the ``regional`` data source with this session's ``spark.regional.*`` defaults.
 
     Works on a classic session and over Spark Connect (no py4j: the JVM shim must then be on the server, see
-    README's "Spark Connect"). Calling it again is harmless, and picks up conf changed since.
+    docs/spark-connect.md). Calling it again is harmless, and picks up conf changed since.
     """
     from regional.spark.datasource import RegionalDataSource
 
