@@ -1,6 +1,9 @@
 """Runs one regional query into PostgreSQL until no input is left; the crash tests kill it.
 
-Usage: python -m integration.postgres_child <in> <checkpoint> <url> <table>
+Usage: python -m integration.postgres_child <in> <checkpoint> <url> <table> [--end-without-stopping]
+
+With --end-without-stopping the script ends as a user's may: its query still running, without ``query.stop()`` or
+``spark.stop()`` (the listener ``register`` adds must neither hang the exit nor print py4j stack traces).
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ def main() -> None:
              .option("target", "postgres").option("url", url).option("table", table)
              .option("keepRegionColumns", "true").option("checkpointLocation", str(ck)).start())
     query.processAllAvailable()
+    if "--end-without-stopping" in sys.argv[5:]:
+        print("child finished", flush=True)  # and the script ends here: no query.stop(), no spark.stop()
+        return
     query.stop()
     print("child finished", flush=True)
 

@@ -137,6 +137,8 @@ def test_regions_the_database_rejects_fall_back_while_the_others_publish_then_ca
 # CI kills between two COMMIT PREPARED (what only PostgreSQL leaves behind: prepared transactions; a kill in a
 # task after its PREPARE is test_a_python_worker_killed_...); the campaign (REGIONAL_CAMPAIGN=1) kills at all
 # four steps, and reliability.run kills at random moments.
+# About 75 s idle (147 s beside another worker), two child drivers: the kill, then a run that ends its script
+# without stopping its query (test_a_script_that_ends_without_stopping_exits_cleanly's claim, merged here).
 @pytest.mark.parametrize("steps", [pytest.param(("between_commits",), marks=pytest.mark.smoke),
                                    pytest.param(("staged", "before_publish", "between_commits", "before_record"),
                                                 marks=pytest.mark.campaign)])
@@ -145,7 +147,14 @@ def test_sigkill_of_the_driver_at_each_step_of_phase_two_then_a_restart(postgres
     between two regions' COMMIT PREPARED, after publishing but before recording; each restart finishes the
     interrupted epoch as decided (or re-runs it), and rolls back what the dead run left prepared. The primary
     key makes a re-run's COPY wait for any prepared transaction of the same rows: an interrupted epoch must be
-    finished before the re-run's tasks start, or they wait for ever."""
+    finished before the re-run's tasks start, or they wait for ever. The last run is a script that ends without
+    stopping its query or Spark: it exits at once, with no py4j stack trace printed at exit (what
+    test_a_script_that_ends_without_stopping_exits_cleanly, merged here, checked in a child driver of its own)."""
+    import subprocess
+    import sys
+
+    from integration.helpers import ROOT
+
     inp, ck, marker = tmp_path / "in", tmp_path / "ck", tmp_path / "reached"
     inputs = add_epoch_of_files(inp, ["a", "b", "c"], "001", 40)
     table = f"crashes_{len(steps)}"
@@ -158,9 +167,20 @@ def test_sigkill_of_the_driver_at_each_step_of_phase_two_then_a_restart(postgres
         assert (len(left) == 3) if step == "before_publish" else (len(left) == 2) if step == "between_commits" \
             else (len(left) <= 3) if step == "staged" else not left, (step, left)
         assert_landed(postgres, table, expected_rows(inputs), ck, complete=False, interrupted=True)
-    assert run_killable(args, None, marker) == "finished"
+    try:  # one stream, stdout and stderr: what comes after the end of the script
+        last = subprocess.run([sys.executable, "-m", *args, "--end-without-stopping"], cwd=ROOT, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=240)
+    except subprocess.TimeoutExpired as hung:
+        printed = hung.output.decode(errors="replace") if isinstance(hung.output, bytes) else hung.output or ""
+        raise AssertionError(f"the last run did not end in 240 s:\n{printed[-4000:]}") from None
+    output = last.stdout
+    assert last.returncode == 0 and "child finished" in output, output[-3000:]
+    after = output.split("child finished", 1)[1]  # not one daemon BrokenPipeError either
+    for noise in ("Traceback", "Py4J", "py4j", "Connection refused", "Exception"):
+        assert noise not in after, f"{noise!r} printed at exit:\n{after[-3000:]}"
     assert_landed(postgres, table, expected_rows(inputs), ck)
-    assert [e.epoch for e in regional.status(ck).epochs] == list(range(len(regional.status(ck).epochs)))
+    epochs = [e.epoch for e in regional.status(ck).epochs]
+    assert epochs == list(range(len(epochs))), epochs
 
 
 def test_a_python_worker_killed_mid_copy_and_after_prepare_leaves_no_prepared_transaction(spark, postgres, dirs):
