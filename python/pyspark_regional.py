@@ -67,4 +67,29 @@ def quiet_idle_workers() -> bool:
     return install(main)
 
 
+# pyspark's long-lived runners of a Python streaming source (one per query, started by the driver's JVM): when the
+# JVM goes away (a Ctrl-C, a kill, the end of the script) the runner's next read or write fails and Python prints
+# the EOFError/BrokenPipeError chain on the terminal. Its only peer is gone: nobody waits for it.
+_RUNNERS = ("pyspark.sql.streaming.python_streaming_source_runner",)
+_PEER_GONE = (EOFError, BrokenPipeError, ConnectionResetError)
+
+
+def quiet_runner_when_spark_is_gone() -> bool:
+    """In a streaming source runner: end without a traceback when the JVM is gone. Whether it was installed now."""
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None) not in _RUNNERS or \
+            getattr(sys.excepthook, "regional_quiet", False):
+        return False
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], error: BaseException, tb: Any) -> None:
+        if not issubclass(kind, _PEER_GONE):
+            previous(kind, error, tb)
+
+    hook.regional_quiet = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
+    return True
+
+
 quiet_idle_workers()
+quiet_runner_when_spark_is_gone()

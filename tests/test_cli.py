@@ -6,7 +6,7 @@ import sys
 import time
 
 from regional.cli.status import render
-from regional.cli.timeline import COMMITTED, CUT, FALLEN_BACK, IDLE, MAX_ROWS, QUARANTINED, outcome_grid
+from regional.cli.timeline import COMMITTED, CUT, FALLEN_BACK, IDLE, MAX_ROWS, QUARANTINED, WAITING, outcome_grid
 from regional.store import EpochKind, EpochRecord, FallBack, RegionState, Slice, Standing, Store
 from regional.store.status import status
 from support import write_store_file
@@ -79,7 +79,8 @@ def test_the_timeline_grid_and_picture(tmp_path):
     a_store(tmp_path, time.time())
     labels, epochs, cells, lags, shares, per_row = outcome_grid(status(tmp_path))
     assert labels == ["a/b", "c", "q"] and epochs == [0, 1]
-    assert cells == [[COMMITTED, CUT], [COMMITTED, FALLEN_BACK], [IDLE, IDLE]] and lags == [3, 15, 7]
+    # q, quarantined and behind, is planned in neither epoch: waiting, not "no work" (issue 58)
+    assert cells == [[COMMITTED, CUT], [COMMITTED, FALLEN_BACK], [IDLE, WAITING]] and lags == [3, 15, 7]
     assert shares == [[1.0, 1.0]] * 3 and per_row == 1
     out = tmp_path / "timeline.png"
     result = run("timeline", str(tmp_path), "-o", str(out))

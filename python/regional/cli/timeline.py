@@ -13,9 +13,11 @@ from regional.store.status import QueryStatus
 
 MAX_ROWS = 64
 # Outcome codes, in order of how much they need attention (a shared row shows the largest).
-IDLE, COMMITTED, CUT, DEAD_LETTERED, FALLEN_BACK, QUARANTINED = range(6)
+IDLE, COMMITTED, CUT, WAITING, DEAD_LETTERED, FALLEN_BACK, QUARANTINED = range(7)
+# WAITING: behind, but not planned in that epoch (a retry or a back-off not due yet): not "no work" (issue 58).
 LEGEND = {IDLE: ("no work", "#eeeeee"), COMMITTED: ("committed", "#2e8b57"),
-          CUT: ("timed-out prefix", "#9acd32"), DEAD_LETTERED: ("dead-lettered", "#8e44ad"),
+          CUT: ("timed-out prefix", "#9acd32"), WAITING: ("waiting (behind)", "#f5cba7"),
+          DEAD_LETTERED: ("dead-lettered", "#8e44ad"),
           FALLEN_BACK: ("fallen back", "#ff8c00"), QUARANTINED: ("quarantined", "#c0392b")}
 
 
@@ -41,6 +43,8 @@ def outcome_grid(st: QueryStatus) -> Grid:
                 row.append(DEAD_LETTERED)
             elif region in e.committed:
                 row.append(CUT if e.committed[region].cut else COMMITTED)
+            elif region in e.regions and e.regions[region].ref_epoch is not None:
+                row.append(WAITING)
             else:
                 row.append(IDLE)
         cells.append(row)

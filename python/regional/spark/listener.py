@@ -31,6 +31,7 @@ from pyspark.sql.streaming.listener import (
 from regional.errors import RegionalError
 from regional.protocol.plan import EpochPlan
 from regional.protocol.settings import given_settings
+from regional.spark.console import regional_message, tell_once
 from regional.store import Store
 from regional.store.model import describe
 from regional.store.status import Progress, status
@@ -76,7 +77,18 @@ class RegionalListener(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
-        pass
+        """A query that stopped on an error: one line, regional's sentence when the error holds one (the script's
+        excepthook does not say it again), else the error's first line. Spark's own "terminated with error" log and
+        its traceback are off in sessions regional configures (log4j2.properties)."""
+        if not event.exception:
+            return
+        message = regional_message(event.exception)
+        if message is not None:
+            tell_once(f"query {event.id} stopped: {message}", key=message)
+            return
+        first = next((line.strip() for line in str(event.exception).splitlines() if line.strip()), "")
+        log.error("regional: query %s stopped with an error: %s (the whole error: query.exception(), or "
+                  "REGIONAL_TRACEBACK=1 in the script)", event.id, first[:500])
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
         if self.closed:

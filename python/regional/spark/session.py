@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import pyspark_regional
 from regional.errors import RegionalConfigError, RegionalError
 from regional.protocol.settings import CONF_PREFIX, Settings, resolve_settings
-from regional.spark import shim
+from regional.spark import console, shim
 from regional.store import EpochRecord, Standing, Store
 
 if TYPE_CHECKING:
@@ -82,6 +82,7 @@ def register(spark: SparkSession) -> None:
         log.warning("regional: %s. Off: %s.%s", state.advice, ", ".join(state.off), pure)
     source = type("RegionalDataSource", (RegionalDataSource,), {"conf_defaults": conf})
     spark.dataSource.register(source)
+    console.install()  # Ctrl-C and a failed query: one line from regional, no py4j traceback
     if id(spark) not in _listeners:
         from regional.spark.listener import RegionalListener
 

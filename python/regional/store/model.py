@@ -31,16 +31,16 @@ _STANDINGS = {s.value: s for s in Standing}
 
 
 class RegionState(NamedTuple):
-    """A region's state after an epoch: what planning starts from and what ``status`` shows.
+    """A region's state after an epoch: where its next range starts, whether it is behind and why, and its dead
+    letters (``regional.status(checkpoint).regions[region]``); what planning starts from."""
 
-    A NamedTuple, like ``Slice``: immutable, and several times cheaper to build than a frozen dataclass. Each
-    epoch builds one per region when it reads the last record and again when it decides: at 10,000 regions,
-    frozen dataclasses cost ~40 ms of the driver's epoch."""
+    # A NamedTuple, like Slice: immutable, and several times cheaper to build than a frozen dataclass (each epoch
+    # builds one per region twice: at 10,000 regions, frozen dataclasses cost ~40 ms of the driver's epoch).
 
     committed_offset: int = 0  # the next offset to read
     last_epoch: int | None = None  # the last epoch that moved committed_offset; None if none has
-    consecutive_failures: int = 0
-    state: Standing = Standing.OK
+    consecutive_failures: int = 0  # epochs in a row in which it fell back
+    state: Standing = Standing.OK  # ok, fallen back or quarantined
     reason: str | None = None  # why it last fell back
     # deadLetterPath: offsets [lo, hi) hold a record that failed upstream on every attempt; the next
     # epochs plan the region in halves of it until that record stands alone (docs/design.md, "Dead letters").
@@ -396,12 +396,24 @@ class TaskFailure:
 
 
 def describe(record: EpochRecord) -> str:
-    """One line per epoch: kind, regions committed, regions fallen back with ref_epoch."""
+    """One line per epoch: kind, regions committed, regions fallen back with ref_epoch, regions behind that had no
+    work in it (waiting for a retry, or with nothing to read). A global epoch says that every region *with work*
+    committed (issue 58: "global; committed 1" read as if one region were all there is)."""
     fallen = ", ".join(f"{r}(ref_epoch={f.ref_epoch}{', quarantined' if f.quarantined else ''})"
                        for r, f in sorted(record.fallen_back.items()))
-    line = (f"epoch {record.epoch}: {record.kind.value}; committed {len(record.committed)} "
-            f"[{', '.join(sorted(record.committed))}]; fallen back {len(record.fallen_back)}"
-            + (f" [{fallen}]" if fallen else ""))
+    committed = f"committed {len(record.committed)} [{', '.join(sorted(record.committed))}]"
+    if record.kind is EpochKind.GLOBAL:
+        line = (f"epoch {record.epoch}: global, every region with work committed; {committed}" if record.committed
+                else f"epoch {record.epoch}: global, no region had work")
+    else:
+        line = (f"epoch {record.epoch}: {record.kind.value}; {committed}; fallen back {len(record.fallen_back)}"
+                + (f" [{fallen}]" if fallen else ""))
+    ok = Standing.OK
+    waiting = sorted(r for r, st in record.regions.items()
+                     if st.state is not ok and r not in record.fallen_back and r not in record.committed)
+    if waiting:
+        shown = ", ".join(waiting[:5]) + (", ..." if len(waiting) > 5 else "")
+        line += f"; waiting {len(waiting)} [{shown}] (behind, not planned: a retry or back-off not due yet)"
     if record.dead_lettered:
         line += (f"; dead-lettered {len(record.dead_lettered)} ["
                  + ", ".join(f"{r}@{d.offset}" for r, d in sorted(record.dead_lettered.items())) + "]")

@@ -23,9 +23,9 @@ class Progress:
     kind: str | None  # global | regional | forced_global | aborted
     regional_epochs: int  # FLIP-600's first metric
     oldest_ref_epoch: int | None  # FLIP-600's second metric
-    regions: int
+    regions: int  # regions known to the query
     fallen_back: int  # regions behind now, quarantined ones not counted
-    quarantined: int
+    quarantined: int  # regions behind now whose last failure was upstream of the sink (quarantined)
     max_lag: int | None  # offsets the source has seen that are not committed, largest over regions
     dead_letters: int = 0  # records dead-lettered so far, all regions
     isolating: int = 0  # regions isolating a poison record now

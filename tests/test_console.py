@@ -1,0 +1,58 @@
+"""The terminal's view of a regional script (issue 58), without Spark: regional's sentence found in Spark's error
+text, told once; Ctrl-C's handler says what happens and raises KeyboardInterrupt; everything else prints as ever."""
+
+from __future__ import annotations
+
+import io
+import signal
+import sys
+
+import pytest
+
+from regional.errors import RegionalStoreError
+from regional.spark import console
+
+SPARK_TEXT = """[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: [PYTHON_STREAMING_DATA_SOURCE_\
+RUNTIME_ERROR] Failed when Python streaming data source perform latestOffset: Traceback (most recent call last):
+  File "/x/regional/spark/reader.py", line 196, in latestOffset
+regional.errors.RegionalStoreError: region 'a' now ends at offset 0: its input must be append-only SQLSTATE: 38000
+
+=== Streaming Query ===
+Identifier: [id = 1, runId = 2]
+Current Committed Offsets: {...}"""
+
+
+def test_regional_sentence_is_found_in_sparks_error_text_or_nothing():
+    assert console.regional_message(SPARK_TEXT) == "region 'a' now ends at offset 0: its input must be append-only"
+    assert console.regional_message(RegionalStoreError("the store is gone")) == "the store is gone"
+    assert console.regional_message("ValueError: cannot parse x\nTraceback ...") is None
+    assert console.regional_message(ValueError("regional said so")) is None
+
+
+def test_the_excepthook_tells_regional_errors_once_and_leaves_others_to_the_previous_hook(monkeypatch):
+    seen, err = [], io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setattr(console, "_told", set())
+    hook = console._excepthook(lambda kind, error, tb: seen.append(kind))
+    error = RuntimeError(SPARK_TEXT)
+    hook(RuntimeError, error, None)
+    hook(RuntimeError, error, None)  # the listener, or a second raise: told already
+    assert err.getvalue().splitlines() == ["regional: region 'a' now ends at offset 0: its input must be append-only"]
+    assert seen == []  # no traceback
+    hook(ValueError, ValueError("x"), None)
+    assert seen == [ValueError]
+    monkeypatch.setenv(console.TRACEBACK_ENV, "1")
+    hook(RuntimeError, RuntimeError(SPARK_TEXT.replace("offset 0", "offset 9")), None)
+    assert seen == [ValueError, RuntimeError] and err.getvalue().count("regional: ") == 2
+
+
+def test_ctrl_c_says_what_happens_once_and_interrupts(monkeypatch):
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setitem(console._state, "interrupted", False)
+    for _ in range(2):
+        with pytest.raises(KeyboardInterrupt):
+            console._on_interrupt(signal.SIGINT, None)
+    assert err.getvalue() == console.INTERRUPTED + "\n"
+    quiet = console._excepthook(lambda *a: pytest.fail("printed a KeyboardInterrupt traceback"))
+    quiet(KeyboardInterrupt, KeyboardInterrupt(), None)
