@@ -41,7 +41,6 @@ from regional.errors import (
     RegionalDeadLetterLimitError,
     RegionalPlanError,
     RegionalStoreError,
-    RegionalSuspectTimeoutError,
 )
 from regional.protocol.decide import (
     UPSTREAM,
@@ -135,7 +134,7 @@ def commit_epoch(plan: EpochPlan, tasks: Sequence[TaskOutcome | None], store: Ep
                 + NEW_QUERY)
         try:
             intent = decided_intent(plan, tasks, store, target, staged_now, mixed, dead_letter_sink)
-        except (RegionalPlanError, RegionalDeadLetterLimitError, RegionalSuspectTimeoutError):
+        except (RegionalPlanError, RegionalDeadLetterLimitError):
             target.abort(epoch, staged_now)  # the query fails: nothing of this epoch is published
             raise
         store.write_intent(epoch, intent)  # from here on, this epoch's outcome is fixed
