@@ -61,8 +61,8 @@ def test_a_region_whose_target_is_down_keeps_its_python_worker(spark, dirs, tmp_
     assert len(failed_epochs) >= 16
     # local[4,4]: at most 4 tasks at once, each with a source and a sink worker.
     assert len(pids) <= 8, f"{len(pids)} Python workers staged slices in {len(failed_epochs)} epochs"
-    down.unlink()
-    query = start_to_delta(regional_stream(spark, inp, ck, maxRecordsPerRegion="2"), out, ck, target=FLAKY)
+    down.unlink()  # then the rest in one epoch: catching up 2 records an epoch is not what this test is about
+    query = start_to_delta(regional_stream(spark, inp, ck), out, ck, target=FLAKY)
     try:
         query.processAllAvailable()
     finally:
