@@ -30,7 +30,7 @@ SLOW_FILES_FIRST: tuple[str, ...] = (
     "integration/test_verdicts.py", "integration/test_kafka_parity.py", "integration/test_exactly_once_contract.py",
     "integration/test_postgres_target.py", "integration/test_jvm_shim.py", "integration/test_regional_epochs.py",
     "integration/test_bounded_and_stop.py", "integration/test_spark_ui.py",
-    "integration/test_delta_stats_like_spark.py",
+    "integration/test_delta_stats_like_spark.py", "integration/test_console.py", "integration/test_poison_bounded.py",
     "integration/test_postgres_like_jdbc.py", "integration/test_standalone_cluster.py",
 )
 

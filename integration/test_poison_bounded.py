@@ -37,7 +37,7 @@ def parser(bad: set[str]):
     return parse
 
 
-# 60 s idle: about 4 epochs of seconds per bad line, the first ones with suspect back-offs of 1-2 s
+# 49 s idle (2026-11-28): about 4 epochs of seconds per bad line, the first ones with suspect back-offs of 1-2 s
 def test_a_bad_file_then_a_good_file_every_bad_line_dead_lettered_by_proof(spark, dirs, tmp_path):
     """Situation 1: region a gets a file of 2 malformed lines, then a file of 3 good ones; b is healthy. The first
     bad line has no neighbour that passes nearby (the next is bad too): the good file testifies, from the end of
@@ -60,7 +60,7 @@ def test_a_bad_file_then_a_good_file_every_bad_line_dead_lettered_by_proof(spark
     assert all("onSuspectTimeout" not in r["error"] for r in letters), "proven, not decided by the policy"
 
 
-# 45 s idle
+# 35 s idle (2026-11-28)
 def test_a_filter_before_the_udf_hides_no_witness(spark, dirs, tmp_path):
     """Situation 2: only `order` events reach the parser (a where before the UDF), 6 offsets apart; one order is
     malformed. Its nearest neighbours pass and write no row (clicks); probes further along hold orders that do."""
@@ -79,7 +79,7 @@ def test_a_filter_before_the_udf_hides_no_witness(spark, dirs, tmp_path):
     assert [(r["region"], r["offset"], r["value"]) for r in dead_letter_rows(dlq)] == [("a", 18, bad)]
 
 
-# 70 s idle: a 12 s bound, then a restart
+# 56 s idle (2026-11-28): a 12 s bound, then a restart
 def test_a_region_of_only_bad_records_stops_at_the_bound_then_drains_with_the_dead_letter_policy(spark, dirs, tmp_path):
     """A region whose only two records are both bad has no witness: before issue 55 its bounded query never ended.
     With suspectTimeout=12s the query stops with regional's error (the region, the offset, what to set) and no

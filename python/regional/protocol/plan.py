@@ -195,10 +195,10 @@ def plan_epoch(
             if end == start + 1 == state.isolating[1]:
                 alone.add(region)
                 same = start == state.committed_offset  # else records were lost: its evidence is another record's
-                # Further afield only while no witness has passed since its last failure alone that was a try (or
-                # its first): once one has, a failure alone is a try whatever the probes beside it do now.
+                # Further afield only while no witness has passed since its last try (or its first failure alone,
+                # in that epoch too): the probes that found one are tried again first.
                 found = state.probe_passed is not None and state.alone_since is not None \
-                    and state.probe_passed > state.alone_since
+                    and state.probe_passed >= state.alone_since
                 probes[region] = probe_ranges(start, available.get(region, start), log_starts.get(region, 0),
                                               sparse, state.poison, state.alone_waits if same and not found else 0)
         if max_per_region is not None:
