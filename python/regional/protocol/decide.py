@@ -555,8 +555,11 @@ def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapp
         waits = state.alone_waits + 1
         why = NO_SANDWICH if passed is not None else NEIGHBOURS_FAILED if rr.region in probed else NO_NEIGHBOUR
         if timed_out and bound is not None:
+            tried = state.failed_alone + sandwich
+            lacked = (f"it failed alone {tried} of the {retries + 1} tries deadLetterRetries asks for (each after a "
+                      "witness passed)" if tried else MISSING[why])
             unproven = (f"offset {rr.start} was not proven poison within suspectTimeout={bound:g}s of its first "
-                        f"failure alone at {utc(since_at)}: {MISSING[why]}")
+                        f"failure alone at {utc(since_at)}: {lacked}")
             if plan.settings.dead_letter_on_timeout and not outcome.published_failed:
                 checked[rr.region] = outcome._replace(timed_out_since=since_at, reason=(
                     f"{cause}; dead-lettered by onSuspectTimeout=deadLetter: {unproven}"))
