@@ -15,7 +15,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import functions as F
 
 import regional
-from integration.helpers import add_file, assert_exactly_once, regional_stream
+from integration.helpers import add_file, assert_exactly_once, poison_udf, regional_stream
 from integration.test_dead_letters import dead_letter_rows
 
 
@@ -26,15 +26,6 @@ def bounded(df, out: Path, ck: Path, dlq: Path, **options: str):
     for k, v in options.items():
         writer = writer.option(k, v)
     return writer.trigger(availableNow=True).start()
-
-
-def parser(bad: set[str]):
-    @F.udf("string")
-    def parse(value: str) -> str:
-        if value in bad:
-            raise ValueError(f"cannot parse {value}")
-        return value.upper()
-    return parse
 
 
 # 49 s idle (2026-11-28): about 4 epochs of seconds per bad line, the first ones with suspect back-offs of 1-2 s
@@ -49,14 +40,14 @@ def test_a_bad_file_then_a_good_file_every_bad_line_dead_lettered_by_proof(spark
     add_file(inp, "a", "002.txt", good_lines)
     add_file(inp, "b", "001.txt", ["b-0", "b-1", "b-2"])
     df = regional_stream(spark, inp, ck)
-    query = bounded(df.select("region", "offset", parser(set(bad_lines))("value").alias("value")), out, ck, dlq)
+    query = bounded(df.select("region", "offset", poison_udf(set(bad_lines))("value").alias("value")), out, ck, dlq)
     assert query.awaitTermination(240), "the bounded query did not end"
     assert query.exception() is None, query.exception()
     assert_exactly_once(out, {"a": [(2 + i, v.upper()) for i, v in enumerate(good_lines)],
                               "b": [(i, f"B-{i}") for i in range(3)]}, spark)
     letters = dead_letter_rows(dlq)
     assert [(r["region"], r["offset"], r["value"]) for r in letters] == [("a", i, v) for i, v in enumerate(bad_lines)]
-    assert all("ValueError: cannot parse" in r["error"] for r in letters)
+    assert all("ValueError: poison record" in r["error"] for r in letters)
     assert all("onSuspectTimeout" not in r["error"] for r in letters), "proven, not decided by the policy"
 
 
@@ -71,7 +62,7 @@ def test_a_filter_before_the_udf_hides_no_witness(spark, dirs, tmp_path):
     add_file(inp, "a", "001.txt", events)
     df = regional_stream(spark, inp, ck)
     orders = df.where(F.col("value").startswith("order"))
-    query = bounded(orders.select("region", "offset", parser({bad})("value").alias("value")), out, ck, dlq)
+    query = bounded(orders.select("region", "offset", poison_udf({bad})("value").alias("value")), out, ck, dlq)
     assert query.awaitTermination(240), "the bounded query did not end"
     assert query.exception() is None, query.exception()
     assert_exactly_once(out, {"a": [(i, v.upper()) for i, v in enumerate(events)
@@ -89,7 +80,7 @@ def test_a_region_of_only_bad_records_stops_at_the_bound_then_drains_with_the_de
     dlq = tmp_path / "dead"
     add_file(inp, "a", "001.txt", ["a-bad-0", "a-bad-1"])
     add_file(inp, "b", "001.txt", ["b-0", "b-1", "b-2"])
-    parse = parser({"a-bad-0", "a-bad-1"})
+    parse = poison_udf({"a-bad-0", "a-bad-1"})
 
     def run(**options: str):
         df = regional_stream(spark, inp, ck)
