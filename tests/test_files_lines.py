@@ -367,3 +367,16 @@ def test_an_upper_case_compressed_rotation_is_a_rotation():
 
     assert rotation_of("app.log", "app.log.2.GZ") and rotation_of("x.log", "x.log.Bz2")
     assert not rotation_of("app.log", "other.log.GZ")
+
+
+def test_zero_padding_after_gzip_data_is_read_other_trailing_bytes_fail_naming_the_codec():
+    """Issue 59, item 8, a deliberate difference (docs/sources/files.md): zeros after the last gzip member (block
+    padding) are read past, as gunzip and Python read them, where Spark's text source fails the read; any other
+    bytes there are a corrupt file, as in Spark."""
+    import gzip
+
+    from regional.inputs.files.lines import CorruptFile, decompress
+
+    assert decompress("gzip", gzip.compress(b"a\nb\n") + b"\0" * 512) == b"a\nb\n"
+    with pytest.raises(CorruptFile, match="not valid gzip data"):
+        decompress("gzip", gzip.compress(b"a\n") + b"garbage")
