@@ -10,21 +10,23 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from integration.helpers import ROOT, assert_exactly_once, regional_stream
 
 NOISE = ("WARNING: Using incubator modules",)  # the JVM's own line at start, in every Spark 4.2 session
 
 
-def run_child(mode: str, work, interrupt: bool = False) -> tuple[int, list[str]]:
+def run_child(mode: str, work, interrupt: signal.Signals | None = None) -> tuple[int, list[str]]:
     child = subprocess.Popen([sys.executable, "-m", "integration.console_child", mode, str(work)], cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert child.stdout is not None
         line = child.stdout.readline()  # CHILD-RUNNING, once its first epoch is recorded
         assert "CHILD-RUNNING" in line, (line, child.stderr.read() if child.stderr else "")
-        if interrupt:
+        if interrupt is not None:
             time.sleep(2)
-            os.killpg(child.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole group (JVM, workers too)
+            os.killpg(child.pid, interrupt)  # as a terminal's Ctrl-C or a service manager: the whole group
         _out, err = child.communicate(timeout=180)
     finally:
         if child.poll() is None:
@@ -41,12 +43,14 @@ def test_a_regional_error_is_one_line_from_regional_and_no_traceback(tmp_path):
     assert lines[0].startswith("regional: ") and "001.txt" in lines[0], lines[0]
 
 
-# 50 s idle: a driver of its own, then the same query started again in the shared session
-def test_ctrl_c_is_one_line_and_starting_again_loses_and_doubles_nothing(spark, tmp_path):
-    code, lines = run_child("wait", tmp_path, interrupt=True)
-    assert code in (130, -signal.SIGINT), code
+# 83 s each in the fresh clone's run: a driver of its own, then the same query started again in the shared session
+@pytest.mark.parametrize(("sent", "status", "line"), [
+    (signal.SIGINT, 130, "regional: interrupted (Ctrl-C)"), (signal.SIGTERM, 143, "regional: terminated (SIGTERM)")])
+def test_a_signal_is_one_line_and_starting_again_loses_and_doubles_nothing(spark, tmp_path, sent, status, line):
+    code, lines = run_child("wait", tmp_path, interrupt=sent)
+    assert code in (status, -sent), code
     assert len(lines) == 1, "\n".join(lines)
-    assert lines[0].startswith("regional: interrupted (Ctrl-C)") and "goes on where it stopped" in lines[0]
+    assert lines[0].startswith(line) and "goes on where it stopped" in lines[0]
     (tmp_path / "in" / "a" / "002.txt").write_text("".join(f"a-{i}\n" for i in range(5, 8)))  # and more input
     query = (regional_stream(spark, tmp_path / "in", tmp_path / "ck").writeStream.format("regional")
              .option("target", "delta").option("path", str(tmp_path / "out"))

@@ -56,3 +56,12 @@ def test_ctrl_c_says_what_happens_once_and_interrupts(monkeypatch):
     assert err.getvalue() == console.INTERRUPTED + "\n"
     quiet = console._excepthook(lambda *a: pytest.fail("printed a KeyboardInterrupt traceback"))
     quiet(KeyboardInterrupt, KeyboardInterrupt(), None)
+
+
+def test_sigterm_says_so_once_and_exits_with_143(monkeypatch):
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    monkeypatch.setitem(console._state, "interrupted", False)
+    with pytest.raises(SystemExit) as stopped:
+        console._on_interrupt(signal.SIGTERM, None)
+    assert stopped.value.code == 143 and err.getvalue() == console.TERMINATED + "\n"

@@ -1,7 +1,8 @@
 """What a person sees in the terminal of a script that runs regional queries (issue 58): Ctrl-C and a query's
 failure each give one line from regional, first, and no py4j or Spark traceback.
 
-- **Ctrl-C**: pyspark's own SIGINT handler calls into the JVM (``cancelAllJobs``) while the main thread is inside a
+- **Ctrl-C** (and SIGTERM, with its own line and exit status 143): pyspark's own SIGINT handler calls into the JVM
+  (``cancelAllJobs``) while the main thread is inside a
   py4j call (``awaitTermination``), and py4j logs two tracebacks (``reentrant call inside BufferedReader``). Ours
   only says what happens and raises ``KeyboardInterrupt``; a second Ctrl-C interrupts at once. The queries end with
   the process, as a kill ends them: each goes on where it stopped when started again on its checkpointLocation.
@@ -29,6 +30,9 @@ from regional.errors import RegionalError
 INTERRUPTED = ("regional: interrupted (Ctrl-C): the queries stop with this process. Start them again with the same "
                "checkpointLocation and each goes on where it stopped, nothing lost or published twice "
                "(docs/troubleshooting.md, \"Ctrl-C, a kill, a crash\"). Ctrl-C again to quit at once.")
+TERMINATED = ("regional: terminated (SIGTERM): the queries stop with this process. Start them again with the same "
+              "checkpointLocation and each goes on where it stopped, nothing lost or published twice "
+              "(docs/troubleshooting.md, \"Ctrl-C, a kill, a crash\").")
 TRACEBACK_ENV = "REGIONAL_TRACEBACK"
 
 # ``regional.errors.RegionalStoreError: <sentence>`` inside a JVM exception's message (a Python traceback's line)
@@ -73,9 +77,11 @@ def _on_interrupt(signum: int, frame: FrameType | None) -> None:
     if not _state["interrupted"]:
         _state["interrupted"] = True
         logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)  # its connections break as the JVM goes
-        sys.stderr.write(INTERRUPTED + "\n")
+        sys.stderr.write((INTERRUPTED if signum == signal.SIGINT else TERMINATED) + "\n")
         sys.stderr.flush()
-    raise KeyboardInterrupt
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise SystemExit(128 + signum)  # as a process killed by SIGTERM reports it; atexit handlers still run
 
 
 def _excepthook(previous: Callable[[type[BaseException], BaseException, TracebackType | None], object]
@@ -101,6 +107,8 @@ def install() -> None:
     theirs = getattr(current, "__module__", "") or ""
     if current is signal.default_int_handler or theirs.startswith("pyspark"):
         signal.signal(signal.SIGINT, _on_interrupt)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # a service manager's stop, a kill: the same, one line
+        signal.signal(signal.SIGTERM, _on_interrupt)
     logging.getLogger().addFilter(_QuietAfterInterrupt())
     sys.excepthook = _excepthook(sys.excepthook)
     _quiet_accumulator_server()
