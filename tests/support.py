@@ -68,3 +68,11 @@ def python_traceback(line: str) -> str:
     """A Python worker's failure description, as the JVM shim records it, whose exception line is ``line``."""
     frames = '  File "udf.py", line 1, in parse\n    return parse(v)\n'
     return f"Traceback (most recent call last):\n{frames}{line.strip()}\n"
+
+
+def attempt_moments(now: float, task: int, cores: int, attempts: int, task_s: float) -> list[float]:
+    """The protocol simulations' clock (tests/test_poison_*.py): when each attempt of a plan's task number ``task``
+    begins, the epoch starting at ``now``. Tasks run on ``cores`` slots, each its ``attempts`` attempts of ``task_s``
+    one after another; the slots start 0.13 s apart, so that windows cut between attempts and between tasks."""
+    start = now + (task // cores) * attempts * task_s + (task % cores) * 0.13
+    return [start + k * task_s for k in range(attempts)]

@@ -31,7 +31,7 @@ from regional.protocol.plan import EpochPlan, plan_epoch, retry_due
 from regional.protocol.settings import Settings
 from regional.store import EpochRecord
 from regional.store.model import TaskFailure
-from support import python_traceback
+from support import attempt_moments, python_traceback
 
 ATTEMPTS = 2
 CORES = 2
@@ -96,10 +96,8 @@ class BoundedRun:
     def outcomes(self, plan: EpochPlan) -> dict:
         tasks, failures, finish = [], {}, self.now
         for i, rr in enumerate(plan.ranges):
-            start = self.now + (i // CORES) * ATTEMPTS * TASK_S + (i % CORES) * 0.13
             failed = 0
-            for k in range(ATTEMPTS):
-                t = start + k * TASK_S
+            for k, t in enumerate(attempt_moments(self.now, i, CORES, ATTEMPTS, TASK_S)):
                 finish = max(finish, t + TASK_S)
                 line = self.attempt(rr.region, rr.start, rr.end, t)
                 if line is None:

@@ -22,7 +22,7 @@ from regional.protocol.plan import PROBE_SPAN, EpochPlan, plan_epoch
 from regional.protocol.settings import Settings
 from regional.store import EpochRecord
 from regional.store.model import TaskFailure
-from support import python_traceback
+from support import attempt_moments, python_traceback
 
 REGIONS = ("a", "b", "c", "d")
 ATTEMPTS = 2
@@ -67,10 +67,8 @@ class Run:
         when the service is down for its region at that moment, or at a poison record in its range."""
         out, finish = [], self.now
         for i, rr in enumerate(plan.ranges):
-            start = self.now + (i // CORES) * ATTEMPTS * TASK_S + (i % CORES) * 0.13
             failed = 0
-            for k in range(ATTEMPTS):
-                t = start + k * TASK_S
+            for t in attempt_moments(self.now, i, CORES, ATTEMPTS, TASK_S):
                 finish = max(finish, t + TASK_S)
                 if rr.end > rr.start and (self.service.down(rr.region, t)
                                           or self.poison[rr.region] & set(range(rr.start, rr.end))):
@@ -303,12 +301,11 @@ class NamedRun(Run):
         failures: dict[int, list[TaskFailure]] = {}
         moment = self.now
         for i, rr in enumerate(plan.ranges):
-            start = moment + (i // CORES) * ATTEMPTS * TASK_S + (i % CORES) * 0.13
-            for k in range(ATTEMPTS):
+            for k, t in enumerate(attempt_moments(moment, i, CORES, ATTEMPTS, TASK_S)):
                 bad = sorted(self.poison[rr.region] & set(range(rr.start, rr.end)))
                 if bad:
                     line = f"ValueError: cannot parse {rr.region}@{bad[0]}"
-                elif rr.end > rr.start and self.service.down(rr.region, start + k * TASK_S):
+                elif rr.end > rr.start and self.service.down(rr.region, t):
                     line = f"ConnectionError: {rr.region}'s service is down"
                 else:
                     break

@@ -25,7 +25,7 @@ from enum import Enum
 from typing import Any, NamedTuple
 
 from regional.errors import RegionalDeadLetterLimitError, RegionalPlanError, RegionalSuspectTimeoutError
-from regional.protocol.plan import POISON_KEPT, PROBE_REACH, EpochPlan, RegionRange
+from regional.protocol.plan import PROBE_REACH, EpochPlan, RegionRange
 from regional.protocol.settings import ALWAYS_OUTAGE, ALWAYS_POISON, Settings
 from regional.store.model import (
     DeadLetter,
@@ -613,9 +613,9 @@ def utc(seconds: float) -> str:
 
 
 def recent_poison(offsets: tuple[int, ...], committed: int) -> tuple[int, ...]:
-    """The dead-lettered offsets a later probe may meet: those at most ``PROBE_REACH`` below ``committed`` (all of
-    them: ``POISON_KEPT``; probes reach no further, ``probe_ranges``)."""
-    return tuple(o for o in offsets if o >= committed - PROBE_REACH)[-POISON_KEPT:]
+    """The dead-lettered offsets a later probe may meet: all of those at most ``PROBE_REACH`` below ``committed``
+    (probes reach no further, ``probe_ranges``; at most ``PROBE_REACH`` of them)."""
+    return tuple(o for o in offsets if o >= committed - PROBE_REACH)
 
 
 def isolation_narrowing(plan: EpochPlan, failed: Mapping[str, RegionOutcome],

@@ -231,9 +231,6 @@ PROBE_SPAN = 8  # offsets the first probes read beside a suspect (several: a Kaf
 PROBE_CHUNKS = 3
 PROBE_SIZES = 9
 PROBE_REACH = PROBE_CHUNKS << (PROBE_SIZES - 1)
-# A region's dead-lettered offsets its state keeps for probes to leave out: all of those PROBE_REACH below its
-# committed offset (there are at most that many), none further (``recent_poison``).
-POISON_KEPT = PROBE_REACH
 
 
 def probe_ranges(suspect: int, end: int, first: int, sparse: bool = False, poison: tuple[int, ...] = (),

@@ -133,7 +133,9 @@ class Settings:
         opts = {k.lower(): str(v) for k, v in values.items()}
         timeout = opts.get("regiontimeout", "").strip()
         backoff = opts.get("deadletterretrybackoff", "").strip()
-        suspect_timeout_s, dead_letter_on_timeout = parse_suspect_bound(opts)
+        retries = parse_int(opts, "deadLetterRetries", minimum=0)
+        backoff_s = parse_backoff("deadLetterRetryBackoff", backoff) if backoff else 0.0
+        suspect_timeout_s, dead_letter_on_timeout = parse_suspect_bound(opts, retries, backoff_s, backoff)
         return cls(
             enabled=parse_bool(opts, "enabled"),
             max_consecutive_failures=parse_int(opts, "maxConsecutiveFailures", minimum=1),
@@ -144,8 +146,8 @@ class Settings:
             dead_letter_path=optional_location_text("deadLetterPath", opts.get("deadletterpath", "")),
             max_dead_letters_per_epoch=parse_int(opts, "maxDeadLettersPerEpoch", minimum=0),
             dead_letter_topic=parse_topic(opts, "deadLetterTopic", opts.get("deadletterpath", "")),
-            dead_letter_retries=parse_int(opts, "deadLetterRetries", minimum=0),
-            dead_letter_retry_backoff_s=parse_backoff("deadLetterRetryBackoff", backoff) if backoff else 0.0,
+            dead_letter_retries=retries,
+            dead_letter_retry_backoff_s=backoff_s,
             suspect_timeout_s=suspect_timeout_s,
             dead_letter_on_timeout=dead_letter_on_timeout,
             **parse_verdicts(opts),
@@ -385,14 +387,13 @@ def parse_duration(key: str, value: str) -> float:
 SUSPECT_MARGIN_S = 10.0  # the least time a suspectTimeout leaves beyond the retries' waits
 
 
-def parse_suspect_bound(opts: Mapping[str, str]) -> tuple[float, bool]:
-    """``suspectTimeout`` and ``onSuspectTimeout``. The bound must leave room for the tries it bounds: a bound the
-    retries cannot fit in would decide every suspect by policy, never by proof."""
+def parse_suspect_bound(opts: Mapping[str, str], retries: int, backoff: float, backoff_raw: str
+                        ) -> tuple[float, bool]:
+    """``suspectTimeout`` and ``onSuspectTimeout``, given the parsed ``deadLetterRetries`` and
+    ``deadLetterRetryBackoff``. The bound must leave room for the tries it bounds: a bound the retries cannot fit in
+    would decide every suspect by policy, never by proof."""
     raw = _raw(opts, "suspectTimeout")
     timeout = parse_duration("suspectTimeout", raw)
-    retries = parse_int(opts, "deadLetterRetries", minimum=0)
-    backoff_raw = str(opts.get("deadletterretrybackoff", "")).strip()
-    backoff = parse_backoff("deadLetterRetryBackoff", backoff_raw) if backoff_raw else 0.0
     if timeout < retries * backoff + SUSPECT_MARGIN_S:
         raise RegionalConfigError(
             f"suspectTimeout={raw} leaves no room for deadLetterRetries={retries} tries deadLetterRetryBackoff="
