@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from regional.testing.costs import start_up
+from regional.testing.spark_conf import use_quick_spark_defaults
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -16,6 +17,10 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+# Every SparkSession of the run (this process's, child drivers', Connect servers') reads it: faster JVMs for a
+# few records each, the same results (regional/testing/spark_conf.py).
+use_quick_spark_defaults(Path(os.environ.get("TMPDIR", "/tmp")) / f"regional-spark-conf-{os.getpid()}")
 
 MASTER = "local[4,4]"  # four cores, four attempts per task
 CAMPAIGN = os.environ.get("REGIONAL_CAMPAIGN") == "1"
