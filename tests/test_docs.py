@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import re
-import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from regional.testing.docs_site import build_site
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,12 +31,7 @@ def hooks() -> ModuleType:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The site, built once for this module's tests (strictly: a warning fails)."""
-    where = tmp_path_factory.mktemp("docs") / "site"
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(where)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "REGIONAL_DOCS_STRICT": "1"})
-    assert done.returncode == 0, done.stderr[-6000:]
-    return where
+    return build_site(tmp_path_factory.mktemp("docs") / "site")
 
 
 def test_the_site_builds_strict(site):
