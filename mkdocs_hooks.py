@@ -124,9 +124,10 @@ def _known(node: ast.expr) -> str | None:
     return None
 
 
-# Names too short to read, and what they stand for in regional's messages.
+# Names too short to read, or that read as something else (``todo[p]``, a partition's end position, showed as
+# "<todo>": an unfinished page), and what they stand for in regional's messages.
 _LETTERS = {"k": "key", "t": "topic", "r": "region", "e": "error", "exc": "error", "p": "n", "o": "n", "i": "n",
-            "n": "n", "self": "value", "lo": "start", "hi": "end", "st_size": "size"}
+            "n": "n", "self": "value", "lo": "start", "hi": "end", "st_size": "size", "todo": "n"}
 # Calls whose value reads as their (first) argument's: ``str(path)``, ``', '.join(missing)``, ``sorted(names)``.
 _CALLED = {"_named": "exception"}
 _TRANSPARENT = {"str", "repr", "sorted", "list", "set", "tuple", "join", "strip", "describe", "_describe",
