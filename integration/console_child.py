@@ -3,7 +3,8 @@
 Usage: python -m integration.console_child <fail|wait> <work dir>
 - fail: once the first epoch is recorded (one record a region an epoch), the file is deleted before all its records
   are published, so the next plan fails with regional's error: the script ends on the uncaught exception.
-- wait: it runs until interrupted (the test sends Ctrl-C to its process group, as a terminal does).
+- wait: it runs until interrupted (the test sends Ctrl-C to its process group, as a terminal does); each epoch
+  takes 2 s more in a UDF, so that the signal finds one in flight.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
+
+from pyspark.sql import functions as F
 
 import regional
 
@@ -22,9 +25,12 @@ def main() -> None:
     source = work / "in" / "a"
     source.mkdir(parents=True, exist_ok=True)
     (source / "001.txt").write_text("".join(f"a-{i}\n" for i in range(5)))
-    query = (spark.readStream.format("regional").option("source", "files").option("path", str(work / "in"))
-             .option("checkpointLocation", str(work / "ck")).option("maxRecordsPerRegion", "1").load()
-             .writeStream.format("regional").option("target", "delta").option("path", str(work / "out"))
+    df = (spark.readStream.format("regional").option("source", "files").option("path", str(work / "in"))
+          .option("checkpointLocation", str(work / "ck")).option("maxRecordsPerRegion", "1").load())
+    if mode == "wait":
+        slow = F.udf(lambda value: time.sleep(2) or value, "string")
+        df = df.select("region", "offset", slow("value").alias("value"))
+    query = (df.writeStream.format("regional").option("target", "delta").option("path", str(work / "out"))
              .option("checkpointLocation", str(work / "ck")).option("keepRegionColumns", "true")
              .trigger(processingTime="1 second").start())
     deadline = time.monotonic() + 240

@@ -22,6 +22,15 @@ Identifier: [id = 1, runId = 2]
 Current Committed Offsets: {...}"""
 
 
+@pytest.fixture(autouse=True)
+def _console_of_its_own(monkeypatch):
+    """Each test sees no registered session and no stop under way (a session registered earlier in the same
+    process, by an integration test, would otherwise be stopped, and a second signal would end the process)."""
+    monkeypatch.setattr(console, "_sessions", [])
+    monkeypatch.setattr(console, "_stopping", [])
+    monkeypatch.setattr(console, "_state", {"installed": True, "interrupted": False})
+
+
 def test_regional_sentence_is_found_in_sparks_error_text_or_nothing():
     assert console.regional_message(SPARK_TEXT) == "region 'a' now ends at offset 0: its input must be append-only"
     assert console.regional_message(RegionalStoreError("the store is gone")) == "the store is gone"
@@ -65,3 +74,34 @@ def test_sigterm_says_so_once_and_exits_with_143(monkeypatch):
     with pytest.raises(SystemExit) as stopped:
         console._on_interrupt(signal.SIGTERM, None)
     assert stopped.value.code == 143 and err.getvalue() == console.TERMINATED + "\n"
+
+
+def test_a_signal_stops_each_registered_sessions_queries_in_a_thread_within_the_bound(monkeypatch):
+    """The stop runs beside the main thread (py4j pins the main thread's connection to the call the signal
+    interrupted), with what is left of STOP_ON_SIGNAL_S for each query; a second signal during it quits at once."""
+    import threading
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    release = threading.Event()
+    stopped: list[tuple[str, float, str]] = []
+
+    def stop(query: str, timeout: float) -> None:
+        stopped.append((query, timeout, threading.current_thread().name))
+        release.wait(5)
+
+    console.install(lambda: ["q1", "q2"], stop)
+    with pytest.raises(KeyboardInterrupt):
+        console._on_interrupt(signal.SIGINT, None)
+    exits: list[int] = []
+    monkeypatch.setattr(console.os, "_exit", lambda code: exits.append(code))
+    with pytest.raises(KeyboardInterrupt):  # os._exit, replaced here, would not return
+        console._on_interrupt(signal.SIGINT, None)
+    assert exits == [130]
+    release.set()
+    console._stopping[0].join(5)
+    assert [q for q, _, _ in stopped] == ["q1", "q2"]
+    assert all(0 < t <= console.STOP_ON_SIGNAL_S and name != threading.main_thread().name for _, t, name in stopped)
+    exits.clear()  # the thread has ended: a later signal no longer quits at once
+    with pytest.raises(KeyboardInterrupt):
+        console._on_interrupt(signal.SIGINT, None)
+    assert exits == []

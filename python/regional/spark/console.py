@@ -4,8 +4,12 @@ failure each give one line from regional, first, and no py4j or Spark traceback.
 - **Ctrl-C** (and SIGTERM, with its own line and exit status 143): pyspark's own SIGINT handler calls into the JVM
   (``cancelAllJobs``) while the main thread is inside a
   py4j call (``awaitTermination``), and py4j logs two tracebacks (``reentrant call inside BufferedReader``). Ours
-  only says what happens and raises ``KeyboardInterrupt``; a second Ctrl-C interrupts at once. The queries end with
-  the process, as a kill ends them: each goes on where it stopped when started again on its checkpointLocation.
+  says what happens, stops the registered sessions' queries as ``regional.stop`` does (a final epoch) in a thread
+  of its own, within ``STOP_ON_SIGNAL_S``, and raises ``KeyboardInterrupt`` in the main thread; Python waits for
+  that thread before it exits (``threading``'s exit hooks, which run before pyspark's ``atexit`` ends the JVM).
+  A second Ctrl-C quits at once. A query stopped any other way, or not at all, is safe too: it goes on where it
+  stopped when started again on its checkpointLocation. The stop runs in another thread because py4j pins a
+  connection to each Python thread, and the main thread's is busy with the call the signal interrupted.
 - **A query that fails with a regional error**: the exception Spark raises holds regional's sentence in the middle
   of ``[PYTHON_DATA_SOURCE_ERROR]``, a Python traceback and the query's offsets. ``sys.excepthook`` prints
   ``regional: <the sentence>`` instead, once (the listener may have told it already when the query stopped), and
@@ -22,17 +26,20 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from types import FrameType, TracebackType
+from typing import Any
 
 from regional.errors import RegionalError
 
-INTERRUPTED = ("regional: interrupted (Ctrl-C): the queries stop with this process. Start them again with the same "
-               "checkpointLocation and each goes on where it stopped, nothing lost or published twice "
-               "(docs/troubleshooting.md, \"Ctrl-C, a kill, a crash\"). Ctrl-C again to quit at once.")
-TERMINATED = ("regional: terminated (SIGTERM): the queries stop with this process. Start them again with the same "
-              "checkpointLocation and each goes on where it stopped, nothing lost or published twice "
-              "(docs/troubleshooting.md, \"Ctrl-C, a kill, a crash\").")
+STOP_ON_SIGNAL_S = 10.0  # a final epoch for the queries, at most; under the grace of service managers (k8s: 30 s)
+_SAFE = ("Start them again with the same checkpointLocation and each goes on where it stopped, nothing lost or "
+         "published twice (docs/stopping.md).")
+INTERRUPTED = (f"regional: interrupted (Ctrl-C): stopping the queries (a final epoch, at most "
+               f"{STOP_ON_SIGNAL_S:.0f} s; Ctrl-C again to quit at once). {_SAFE}")
+TERMINATED = (f"regional: terminated (SIGTERM): stopping the queries (a final epoch, at most "
+              f"{STOP_ON_SIGNAL_S:.0f} s). {_SAFE}")
 TRACEBACK_ENV = "REGIONAL_TRACEBACK"
 
 # ``regional.errors.RegionalStoreError: <sentence>`` inside a JVM exception's message (a Python traceback's line)
@@ -40,6 +47,11 @@ _REGIONAL_LINE = re.compile(r"regional\.errors\.(Regional\w*Error): ([^\n]+)")
 _lock = threading.Lock()
 _told: set[str] = set()
 _state = {"installed": False, "interrupted": False}
+# What the stop on a signal works with, one entry a registered session: its active queries, and how to stop one
+# within a number of seconds (regional.stop for a regional query; ``register`` passes both).
+QueryStopper = Callable[[Any, float], None]
+_sessions: list[tuple[Callable[[], Sequence[Any]], QueryStopper]] = []
+_stopping: list[threading.Thread] = []
 
 
 def regional_message(error: BaseException | str) -> str | None:
@@ -74,14 +86,48 @@ class _QuietAfterInterrupt(logging.Filter):
 
 
 def _on_interrupt(signum: int, frame: FrameType | None) -> None:
-    if not _state["interrupted"]:
+    if _state["interrupted"]:  # a second signal: quit now, without waiting for the stop (the JVM ends with us)
+        if any(t.is_alive() for t in _stopping):
+            sys.stderr.flush()
+            os._exit(128 + signum)
+    else:
         _state["interrupted"] = True
         logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)  # its connections break as the JVM goes
         sys.stderr.write((INTERRUPTED if signum == signal.SIGINT else TERMINATED) + "\n")
         sys.stderr.flush()
+        _start_stopping(time.monotonic() + STOP_ON_SIGNAL_S)
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise SystemExit(128 + signum)  # as a process killed by SIGTERM reports it; atexit handlers still run
+
+
+def _start_stopping(deadline: float) -> None:
+    """Stops every registered session's active queries in a thread (daemon: a stop that hangs must not keep the
+    process), which Python's exit waits for until ``deadline`` and a few seconds for Spark's own stop."""
+    if not _sessions:
+        return
+    thread = threading.Thread(target=_stop_queries, args=(deadline,), name="regional-stop-on-signal", daemon=True)
+    register = getattr(threading, "_register_atexit", None)  # before the threads that are not daemons are joined
+    try:
+        if register is not None:
+            register(lambda: thread.join(max(0.0, deadline - time.monotonic()) + 5.0))
+    except RuntimeError:  # the interpreter is already shutting down: nothing to wait in
+        return
+    _stopping.append(thread)
+    thread.start()
+
+
+def _stop_queries(deadline: float) -> None:
+    for active, stop in list(_sessions):
+        try:
+            queries = list(active())
+        except Exception:  # the session or its JVM is gone already (SIGTERM to the whole process group)
+            continue
+        for query in queries:
+            try:
+                stop(query, max(0.0, deadline - time.monotonic()))
+            except Exception:  # the query ends with the process anyway: nothing to add to the line already said
+                pass
 
 
 def _excepthook(previous: Callable[[type[BaseException], BaseException, TracebackType | None], object]
@@ -97,9 +143,12 @@ def _excepthook(previous: Callable[[type[BaseException], BaseException, Tracebac
     return hook
 
 
-def install() -> None:
+def install(active_queries: Callable[[], Sequence[Any]] | None = None, stop: QueryStopper | None = None) -> None:
     """Our Ctrl-C handler (in place of pyspark's, or Python's default) and excepthook; once, main thread only, and
-    never over a handler the script installed itself."""
+    never over a handler the script installed itself. ``active_queries`` and ``stop``: a session's, for the stop
+    on a signal (each registered session once)."""
+    if active_queries is not None and stop is not None:
+        _sessions.append((active_queries, stop))
     if _state["installed"] or threading.current_thread() is not threading.main_thread():
         return
     _state["installed"] = True

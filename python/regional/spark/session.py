@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import pyspark_regional
 from regional.errors import RegionalConfigError, RegionalError
 from regional.protocol.settings import CONF_PREFIX, Settings, resolve_settings
-from regional.spark import console, shim
+from regional.spark import console, shim, start_check
 from regional.store import EpochRecord, Standing, Store
 
 if TYPE_CHECKING:
@@ -82,8 +82,9 @@ def register(spark: SparkSession) -> None:
         log.warning("regional: %s. Off: %s.%s", state.advice, ", ".join(state.off), pure)
     source = type("RegionalDataSource", (RegionalDataSource,), {"conf_defaults": conf})
     spark.dataSource.register(source)
-    console.install()  # Ctrl-C and a failed query: one line from regional, no py4j traceback
-    if id(spark) not in _listeners:
+    start_check.install()  # writeStream's options checked at start(), before the query writes anything
+    if id(spark) not in _listeners:  # Ctrl-C and a failed query: one line from regional, no py4j traceback; a
+        console.install(lambda: spark.streams.active, _stop_on_signal)  # signal stops this session's queries
         from regional.spark.listener import RegionalListener
 
         # With the shim, its JVM listener records writeStream's settings at query start; this one then only
@@ -178,19 +179,13 @@ def checkpoint_of(query: StreamingQuery, timeout: float = 60.0) -> str:
     """The store location of a running regional query. A classic session asks the JVM; over Spark Connect the
     client has no JVM, and the location comes from the plan in the query's progress (the source's end offset),
     waiting up to ``timeout`` seconds for the first epoch."""
-    from regional.protocol.plan import EpochPlan
-
     if not is_connect(query):
         return str(query._jsq.streamingQuery().resolvedCheckpointRoot())  # internal API (Spark 4.2)
     deadline = time.monotonic() + timeout
     while True:
-        for update in reversed(query.recentProgress):
-            sources = update.sources
-            if len(sources) == 1 and sources[0].endOffset:
-                try:
-                    return EpochPlan.parse(sources[0].endOffset, "the query's progress").store
-                except RegionalError:  # not a regional plan
-                    pass
+        store = _planned_store(query)
+        if store is not None:
+            return store
         if not query.isActive or time.monotonic() > deadline:
             raise RegionalConfigError(
                 f"query {query.name or query.id} has reported no regional epoch, so its checkpoint is unknown to "
@@ -198,12 +193,37 @@ def checkpoint_of(query: StreamingQuery, timeout: float = 60.0) -> str:
         time.sleep(0.2)
 
 
-def stop(query: StreamingQuery, timeout: float = 60.0, checkpoint: str | None = None) -> bool:
+def _planned_store(query: StreamingQuery) -> str | None:
+    """The store in the last regional plan of ``query``'s progress; None before one, or for another source."""
+    from regional.protocol.plan import EpochPlan
+
+    for update in reversed(query.recentProgress):
+        sources = update.sources
+        if len(sources) == 1 and sources[0].endOffset:
+            try:
+                return EpochPlan.parse(sources[0].endOffset, "the query's progress").store
+            except RegionalError:  # not a regional plan
+                pass
+    return None
+
+
+def _stop_on_signal(query: StreamingQuery, timeout: float) -> None:
+    """Ctrl-C's stop (``console``): ``stop`` for a query that has planned a regional epoch, without its warnings
+    (the signal's line said what happens), and Spark's stop for any other."""
+    store = _planned_store(query)
+    if store is None:
+        query.stop()
+    else:
+        stop(query, timeout, checkpoint=store, quiet=True)
+
+
+def stop(query: StreamingQuery, timeout: float = 60.0, checkpoint: str | None = None, quiet: bool = False) -> bool:
     """Stop ``query`` gracefully: ask for a final global epoch, wait for it, then stop.
 
     Returns True when every region was current at the stop, so that the next start
     replays nothing. If that takes longer than ``timeout`` seconds, says so, stops
     anyway and returns False: the next start then reads only what was not published.
+    ``quiet``: no warning when it does.
     Over Spark Connect, this process must reach the checkpoint (it writes the request there);
     ``checkpoint`` names it when the query has not reported an epoch yet.
     """
@@ -221,6 +241,8 @@ def stop(query: StreamingQuery, timeout: float = 60.0, checkpoint: str | None = 
                 done = True
                 break
             if latest is not None and _only_retries_behind(latest) and (latest.epoch > asked_after or idle):
+                if quiet:
+                    break
                 # A record waiting to be tried again (it is dead-lettered only after records beside it passed and it
                 # failed again, and after its deadLetterRetries) is not planned in the final epoch; the next start
                 # tries it. Waiting out the timeout would change nothing.
@@ -230,7 +252,7 @@ def stop(query: StreamingQuery, timeout: float = 60.0, checkpoint: str | None = 
                                              if s.failed_alone_at is not None)[:10]))
                 break
             time.sleep(0.1)
-        if not done:
+        if not done and not quiet:
             behind = sorted(r for r, s in (latest.regions.items() if latest else ()) if s.ref_epoch is not None)
             log.warning(
                 "regional: no final global epoch within %.0fs (regions behind: %s); stopping anyway. "
