@@ -20,6 +20,7 @@ from integration.helpers import (
     start_to_delta,
     table_rows,
 )
+from regional.errors import RegionalConfigError
 
 
 def test_sink_without_region_and_offset_columns_fails_at_start(spark, dirs):
@@ -57,10 +58,20 @@ def test_a_misspelt_option_on_either_side_is_refused_by_name_before_anything_run
     message = error_of(lambda: start_to_delta(regional_stream(spark, inp, ck, maxRecordsPerRegoin="5"), out, ck))
     assert re.search(r"'maxrecordsperregoin' is not an option.*Did you mean 'maxRecordsPerRegion'", message, re.S), \
         message[-2000:]
-    # writeStream: refused at start (the target declares its options), naming it
-    message = error_of(lambda: start_to_delta(regional_stream(spark, inp, ck), out, ck, mergeSchemaa="true"))
-    assert re.search(r"'mergeschemaa' is not an option.*Did you mean 'mergeSchema'", message, re.S), message[-2000:]
+    # writeStream: refused by start() itself (the target declares its options), naming it, before the query
+    # plans anything: the checkpoint holds no offset and no regional store
+    with pytest.raises(RegionalConfigError, match=r"(?si)'mergeSchemaa' is not an option.*Did you mean 'mergeSchema'"):
+        start_to_delta(regional_stream(spark, inp, ck), out, ck, mergeSchemaa="true")
+    assert not (ck / "offsets").exists() and not (ck / "regional").exists(), sorted(p.name for p in ck.rglob("*"))
     assert not out.exists() or not list(out.glob("*.parquet"))
+    # the same through start()'s own arguments, and a query that dropped the region columns
+    with pytest.raises(RegionalConfigError, match=r"(?i)'pathh' is not an option"):
+        regional_stream(spark, inp, ck).writeStream.start(str(out), format="regional", target="delta",
+                                                          pathh=str(out), checkpointLocation=str(ck))
+    with pytest.raises(RegionalConfigError, match="needs the columns 'region' and 'offset'"):
+        (regional_stream(spark, inp, ck).select("value").writeStream.format("regional").option("target", "delta")
+         .option("path", str(out)).option("checkpointLocation", str(ck)).start())
+    assert not (ck / "offsets").exists()
 
 
 def test_unsafe_region_directory_is_refused(spark, dirs):

@@ -183,21 +183,47 @@ WRITE_OPTIONS = OptionTable("the regional sink", [
 ])
 
 
+def check_write_options(options: Mapping[str, str], columns: Sequence[str] | None, conf: Mapping[str, str]) -> None:
+    """writeStream's options, checked at ``start()`` (``regional.spark.start_check``), before the query starts,
+    without the store or the outside world; the writer makes the same checks for every epoch. ``options``:
+    case-insensitive, as Spark gives them; ``columns``: the query's, where known. A user's ``python:`` target is
+    not built here, in the script's process: its options are checked at the first epoch."""
+    _check_columns_and_checkpoint(options, columns)
+    if str(options.get("target", "")).startswith("python:"):
+        return
+    target = load_target({**{k.lower(): str(v) for k, v in options.items()}, QUERY_ID_OPTION: "start-check"})
+    _check_target_options(options, conf, target)
+
+
+def _check_columns_and_checkpoint(options: Mapping[str, str], columns: Sequence[str] | None) -> None:
+    missing = [c for c in SOURCE_COLUMNS if columns is not None and c not in columns]
+    if missing:
+        raise RegionalConfigError(
+            f"the regional sink needs the columns 'region' and 'offset' of the regional source, "
+            f"and the query drops {missing}: keep them in your select(...) (they are not written to "
+            "the target unless keepRegionColumns=true)"
+        )
+    if not options.get("checkpointlocation"):
+        raise RegionalConfigError("the regional sink needs .option('checkpointLocation', ...) on writeStream")
+    parse_bool(options, "keepRegionColumns", default="false")
+
+
+def _check_target_options(options: Mapping[str, str], conf: Mapping[str, str], target: Target[Any]) -> None:
+    declared = declared_by(target)
+    if declared is not None:  # a typo must not pass for a setting
+        check_given("writeStream", options, [declared, WRITE_OPTIONS, SETTINGS_OPTIONS, DEAD_LETTER_TOPIC_OPTIONS,
+                                             SPARK_WRITE])
+    # readStream's options may set it too: commit checks the resolved value again.
+    seen = {**conf_settings(conf), **given_settings(options)}
+    check_dead_letter_path(optional_location_text("deadLetterPath", seen.get("deadLetterPath", "")), target)
+
+
 class RegionalStreamWriter(DataSourceStreamArrowWriter):
     """Built on the driver for every epoch (and pickled into its tasks)."""
 
     def __init__(self, conf: Mapping[str, str], options: Mapping[str, str], schema: StructType) -> None:
-        missing = [c for c in SOURCE_COLUMNS if c not in schema.fieldNames()]
-        if missing:
-            raise RegionalConfigError(
-                f"the regional sink needs the columns 'region' and 'offset' of the regional source, "
-                f"and the query drops {missing}: keep them in your select(...) (they are not written to "
-                "the target unless keepRegionColumns=true)"
-            )
-        checkpoint = options.get("checkpointlocation")
-        if not checkpoint:
-            raise RegionalConfigError("the regional sink needs .option('checkpointLocation', ...) on writeStream")
-        store = Store(checkpoint)
+        _check_columns_and_checkpoint(options, schema.fieldNames())  # as start() did (check_write_options)
+        store = Store(options["checkpointlocation"])
         self.checkpoint = str(store.checkpoint)
         self.query_id = store.open_query()
         # The JVM shim's plan check at query start: a plan that moves rows between tasks runs all-or-nothing,
@@ -206,13 +232,8 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
         self.keep_region_columns = parse_bool(options, "keepRegionColumns", default="false")
         self.target_options = {**{k.lower(): str(v) for k, v in options.items()}, QUERY_ID_OPTION: self.query_id}
         target = load_target(self.target_options)
-        declared = declared_by(target)
-        if declared is not None:  # a typo must not pass for a setting
-            check_given("writeStream", options, [declared, WRITE_OPTIONS, SETTINGS_OPTIONS, DEAD_LETTER_TOPIC_OPTIONS,
-                                                 SPARK_WRITE])
-        # readStream's options may set it too: commit checks the resolved value again.
+        _check_target_options(options, conf, target)
         seen = {**conf_settings(conf), **given_settings(options)}
-        check_dead_letter_path(optional_location_text("deadLetterPath", seen.get("deadLetterPath", "")), target)
         if seen.get("deadLetterTopic", "").strip():  # its producer's settings fail at start, not at a dead letter
             check_dead_letter_topic(seen["deadLetterTopic"].strip(), self.query_id, self.target_options)
         # A bad target fails at start, not in a task; an interrupted epoch is finished before new tasks run.
@@ -347,6 +368,7 @@ class RegionalStreamWriter(DataSourceStreamArrowWriter):
     # -- phase two, on the driver ------------------------------------------------------------------
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        freeze_imports()  # the sink runner's worker, too, is collected after every epoch (worker_process)
         store = Store(self.checkpoint)
         plan = read_plan(open_storage(store.checkpoint), batchId)
         if plan.epoch != batchId:
