@@ -33,6 +33,8 @@ class RegionalDataSource(DataSource):
         return RegionalStreamReader(self.conf_defaults, self.options)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from regional.spark.worker_process import freeze_imports
         from regional.spark.writer import RegionalStreamWriter
 
+        freeze_imports()  # Spark builds the writer for every epoch, in a reused worker it then collects (gc)
         return RegionalStreamWriter(self.conf_defaults, self.options, schema)
