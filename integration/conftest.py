@@ -16,7 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 # Python workers must run this interpreter and import integration.faults.
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+# integration/site: pyspark imported from its bytecode, not compiled from Spark's zip in every worker (its docstring)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(ROOT), str(ROOT / "integration" / "site"), os.environ.get("PYTHONPATH", "")) if p)
 
 # Every SparkSession of the run (this process's, child drivers', Connect servers') reads it: faster JVMs for a
 # few records each, the same results (regional/testing/spark_conf.py).
