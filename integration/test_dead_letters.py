@@ -86,8 +86,12 @@ def test_poison_records_are_isolated_to_the_record_while_healthy_regions_flow(sp
     # deadLetterRetries=0): its first failure, ceil(log2(120)) epochs of bisection, then 2 x (0 + 1) + 1 epochs with
     # the record alone (fails alone, its probe passes, fails alone: the evidence rule). a's two records are found
     # one after the other (b's two meanwhile); then epoch 0, and one epoch for the rest of a after its last letter.
+    # Counted in the epochs where the region had work: an epoch in which a waits out its suspect's back-off (1 s,
+    # 2 s...) and only b is planned is no step of a's, and how many of those come depends on the machine's speed.
     per_poison = 1 + math.ceil(math.log2(ROWS)) + 2 * (0 + 1) + 1
-    assert len(epochs) <= 1 + 2 * per_poison + 1, [describe(e) for e in epochs]
+    for region in "ab":
+        worked = [e for e in epochs if region in e.committed or region in e.fallen_back or region in e.dead_lettered]
+        assert len(worked) <= 1 + 2 * per_poison + 1, (region, "\n".join(describe(e) for e in epochs))
     assert {r: (s.dead_letters, s.isolating, s.committed_offset) for r, s in st.regions.items() if r in "ab"} == {
         "a": (2, None, ROWS), "b": (2, None, ROWS)}
     assert "dead" in render(st) and "offset 37 dead-lettered: ValueError: poison record a-001-37" in render(st)
