@@ -16,12 +16,12 @@ class _Schema:
     def __init__(self, names: list[str]) -> None:
         self.names = names
 
-    def fieldNames(self) -> list[str]:  # noqa: N802 - pyspark's name
+    def fieldNames(self) -> list[str]:
         return self.names
 
 
 class _Conf:
-    getAll: dict[str, str] = {}  # noqa: N815 - pyspark's name
+    getAll: dict[str, str] = {}
 
 
 class FakeWriter:
@@ -41,8 +41,10 @@ class FakeWriter:
     def options(self, **options: Any) -> FakeWriter:
         return self
 
-    def start(self, path: str | None = None, format: str | None = None, **options: Any) -> str:
+    def start(self, path: str | None = None, format: str | None = None, outputMode: str | None = None,
+              partitionBy: Any = None, queryName: str | None = None, **options: Any) -> str:
         self.started = True
+        self.start_arguments = (outputMode, partitionBy, queryName)
         return "query"
 
 
@@ -53,16 +55,20 @@ COLUMNS = ["region", "offset", "value"]
 def test_a_regional_writers_typo_fails_start_before_the_query_starts(tmp_path):
     writer = FakeWriter(COLUMNS).format("regional").option("target", "delta").option("path", str(tmp_path / "t"))
     writer = writer.options(checkpointLocation=str(tmp_path / "ck"), mergeSchemaa=True)
-    with pytest.raises(RegionalConfigError, match="(?i)'mergeschemaa' is not an option.*did you mean 'mergeSchema'"):
+    with pytest.raises(RegionalConfigError, match=r"(?i)'mergeschemaa' is not an option.*did you mean 'mergeSchema'"):
         writer.start()
     assert not writer.started and not (tmp_path / "ck").exists()
 
 
 def test_start_arguments_count_and_good_options_start(tmp_path):
     writer = FakeWriter(COLUMNS).option("target", "delta").option("checkpointLocation", str(tmp_path / "ck"))
-    with pytest.raises(RegionalConfigError, match="(?i)'pathh' is not an option"):
+    with pytest.raises(RegionalConfigError, match=r"(?i)'pathh' is not an option"):
         writer.start(str(tmp_path / "t"), format="regional", pathh=str(tmp_path / "t"))
-    assert writer.start(str(tmp_path / "t"), "regional", keepRegionColumns=True) == "query"
+    # start()'s own parameters are Spark's, not options; an option given again in another case replaces it
+    writer.option("PATHH", "x").option("pathh", "y").option("Pathh", None)
+    assert writer.start(str(tmp_path / "t"), "regional", outputMode="append", queryName="q", partitionBy="region",
+                        keepRegionColumns=True) == "query"
+    assert writer.start_arguments == ("append", "region", "q")
 
 
 def test_other_formats_and_python_targets_are_left_to_start(tmp_path):

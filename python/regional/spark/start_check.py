@@ -38,9 +38,21 @@ def _wrap(cls: type, classic: bool) -> None:
     _installed.add(cls)
     if classic:
         cls.format = _recording(cls.format, lambda given, source: given.__setitem__("format", source))  # type: ignore[attr-defined]
-        cls.option = _recording(cls.option, lambda given, key, value: given["options"].__setitem__(key, value))  # type: ignore[attr-defined]
-        cls.options = _recording(cls.options, lambda given, **kv: given["options"].update(kv))  # type: ignore[attr-defined]
+        cls.option = _recording(cls.option, lambda given, key, value: _set(given["options"], key, value))  # type: ignore[attr-defined]
+        cls.options = _recording(cls.options, _set_all)  # type: ignore[attr-defined]
     cls.start = _checking(cls.start, classic)  # type: ignore[attr-defined]
+
+
+def _set_all(given: dict[str, Any], **options: Any) -> None:
+    for key, value in options.items():
+        _set(given["options"], key, value)
+
+
+def _set(options: dict[str, Any], key: str, value: Any) -> None:
+    """As Spark keeps writeStream's options: case-insensitive, the last value given wins."""
+    for other in [k for k in options if k.lower() == key.lower()]:
+        del options[other]
+    options[key] = value
 
 
 def _given(writer: object) -> dict[str, Any]:
@@ -61,7 +73,8 @@ def _recording(method: Callable[..., Any], note: Callable[..., None]) -> Callabl
 
 def _checking(start: Callable[..., Any], classic: bool) -> Callable[..., Any]:
     @functools.wraps(start)
-    def wrapper(self: Any, path: str | None = None, format: str | None = None, *args: Any, **options: Any) -> Any:
+    def wrapper(self: Any, path: str | None = None, format: str | None = None, outputMode: str | None = None,
+                partitionBy: Any = None, queryName: str | None = None, **options: Any) -> Any:
         if classic:
             given = _given(self)
             source, seen = given["format"], dict(given["options"])
@@ -70,13 +83,14 @@ def _checking(start: Callable[..., Any], classic: bool) -> Callable[..., Any]:
             source, seen = proto.format or None, dict(proto.options)
         source = format or source
         if source is not None and str(source).lower() == "regional":
-            seen.update(options)
+            for key, value in options.items():
+                _set(seen, key, value)
             if path is not None:
                 seen["path"] = path
             session = self._spark if classic else self._session
             columns = self._df.schema.fieldNames() if classic else None
             check_at_start(seen, columns, session.conf.getAll)
-        return start(self, path, format, *args, **options)
+        return start(self, path, format, outputMode, partitionBy, queryName, **options)
     return wrapper
 
 
