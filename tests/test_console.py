@@ -105,3 +105,20 @@ def test_a_signal_stops_each_registered_sessions_queries_in_a_thread_within_the_
     with pytest.raises(KeyboardInterrupt):
         console._on_interrupt(signal.SIGINT, None)
     assert exits == []
+
+
+def test_a_repl_or_a_notebook_keeps_its_own_ctrl_c(monkeypatch):
+    """There Ctrl-C interrupts one statement and the session, with its queries, lives on: no stop, no line."""
+    installed: list[object] = []
+    monkeypatch.setattr(console.signal, "signal", lambda sig, handler: installed.append((sig, handler)))
+    monkeypatch.setattr(console.signal, "getsignal", lambda sig: signal.default_int_handler
+                        if sig == signal.SIGINT else signal.SIG_IGN)
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(sys, "ps1", ">>> ", raising=False)
+    monkeypatch.setitem(console._state, "installed", False)
+    console.install()
+    assert installed == []
+    monkeypatch.delattr(sys, "ps1")
+    monkeypatch.setitem(console._state, "installed", False)
+    console.install()
+    assert installed == [(signal.SIGINT, console._on_interrupt)]

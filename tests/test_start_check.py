@@ -41,6 +41,9 @@ class FakeWriter:
     def options(self, **options: Any) -> FakeWriter:
         return self
 
+    def foreachBatch(self, func: Any) -> FakeWriter:
+        return self
+
     def start(self, path: str | None = None, format: str | None = None, outputMode: str | None = None,
               partitionBy: Any = None, queryName: str | None = None, **options: Any) -> str:
         self.started = True
@@ -73,6 +76,8 @@ def test_start_arguments_count_and_good_options_start(tmp_path):
 
 def test_other_formats_and_python_targets_are_left_to_start(tmp_path):
     assert FakeWriter(["value"]).format("delta").option("pathh", "x").start() == "query"
+    # foreachBatch after format("regional"): Spark's foreachBatch sink, not regional's
+    assert FakeWriter(["value"]).format("regional").foreachBatch(print).start() == "query"
     writer = FakeWriter(COLUMNS).format("regional").option("target", "python:no_such_module:X")
     assert writer.option("checkpointLocation", str(tmp_path)).option("anything", "1").start() == "query"
 
@@ -85,3 +90,16 @@ def test_the_writers_checks_without_spark():
     with pytest.raises(RegionalConfigError, match="is the target table itself"):
         check_write_options({"target": "delta", "path": "/t", "checkpointlocation": "/ck"}, None,
                             {"spark.regional.deadLetterPath": "/t"})
+
+
+def test_the_check_reads_the_conf_the_session_was_registered_with(tmp_path, monkeypatch):
+    """The writer's defaults are the spark.regional.* conf at register(); a later spark.conf.set does not reach it."""
+    monkeypatch.setattr(start_check, "_registered_conf", {})
+    table = str(tmp_path / "t")
+    writer = FakeWriter(COLUMNS).format("regional").option("target", "delta").option("checkpointLocation", table + "c")
+    writer._spark.conf = type("Conf", (), {"getAll": {"spark.regional.deadLetterPath": table}})()
+    start_check.install(writer._spark, {})  # registered without it: the writer will not use it
+    assert writer.start(table) == "query"
+    start_check.install(writer._spark, {"spark.regional.deadLetterPath": table})
+    with pytest.raises(RegionalConfigError, match="is the target table itself"):
+        writer.start(table)

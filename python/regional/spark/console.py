@@ -20,6 +20,7 @@ Installed by ``register`` in the main thread of a classic or Spark Connect sessi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -88,7 +89,9 @@ class _QuietAfterInterrupt(logging.Filter):
 def _on_interrupt(signum: int, frame: FrameType | None) -> None:
     if _state["interrupted"]:  # a second signal: quit now, without waiting for the stop (the JVM ends with us)
         if any(t.is_alive() for t in _stopping):
-            sys.stderr.flush()
+            for stream in (sys.stdout, sys.stderr):  # what the script printed, kept
+                with contextlib.suppress(Exception):
+                    stream.flush()
             os._exit(128 + signum)
     else:
         _state["interrupted"] = True
@@ -154,13 +157,23 @@ def install(active_queries: Callable[[], Sequence[Any]] | None = None, stop: Que
     _state["installed"] = True
     current = signal.getsignal(signal.SIGINT)
     theirs = getattr(current, "__module__", "") or ""
-    if current is signal.default_int_handler or theirs.startswith("pyspark"):
+    # Not in a REPL or a notebook: there Ctrl-C interrupts one statement and the session lives on, with its
+    # queries (pyspark's own handler cancels the running jobs, as it always did)
+    if (current is signal.default_int_handler or theirs.startswith("pyspark")) and not _interactive():
         signal.signal(signal.SIGINT, _on_interrupt)
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # a service manager's stop, a kill: the same, one line
         signal.signal(signal.SIGTERM, _on_interrupt)
     logging.getLogger().addFilter(_QuietAfterInterrupt())
     sys.excepthook = _excepthook(sys.excepthook)
     _quiet_accumulator_server()
+
+
+def _interactive() -> bool:
+    """A REPL (``python -i``, the pyspark shell) or IPython/Jupyter: the process outlives a Ctrl-C."""
+    if hasattr(sys, "ps1") or sys.flags.interactive:
+        return True
+    ipython = sys.modules.get("IPython")
+    return ipython is not None and getattr(ipython, "get_ipython", lambda: None)() is not None
 
 
 def _quiet_accumulator_server() -> None:

@@ -82,7 +82,7 @@ def register(spark: SparkSession) -> None:
         log.warning("regional: %s. Off: %s.%s", state.advice, ", ".join(state.off), pure)
     source = type("RegionalDataSource", (RegionalDataSource,), {"conf_defaults": conf})
     spark.dataSource.register(source)
-    start_check.install()  # writeStream's options checked at start(), before the query writes anything
+    start_check.install(spark, conf)  # writeStream's options checked at start(), before the query writes anything
     if id(spark) not in _listeners:  # Ctrl-C and a failed query: one line from regional, no py4j traceback; a
         console.install(lambda: spark.streams.active, _stop_on_signal)  # signal stops this session's queries
         from regional.spark.listener import RegionalListener

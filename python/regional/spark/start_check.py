@@ -18,10 +18,15 @@ from typing import Any
 
 _GIVEN = "_regional_given"  # the classic writer's attribute: {"format": ..., "options": {...}}
 _installed: set[type] = set()
+_registered_conf: dict[int, dict[str, str]] = {}  # id(session) -> its spark.regional.* conf when registered
 
 
-def install() -> None:
-    """Wrap the writers' methods, once per class."""
+def install(session: Any = None, conf: Mapping[str, str] | None = None) -> None:
+    """Wrap the writers' methods, once per class. ``session`` and ``conf``: a session ``register`` registered, with
+    the ``spark.regional.*`` conf its data source was registered with (the writer's defaults: checked against
+    those, not the session's conf at start, which may have changed since)."""
+    if session is not None and conf is not None:
+        _registered_conf[id(session)] = dict(conf)
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
     _wrap(DataStreamWriter, classic=True)
@@ -38,9 +43,17 @@ def _wrap(cls: type, classic: bool) -> None:
     _installed.add(cls)
     if classic:
         cls.format = _recording(cls.format, lambda given, source: given.__setitem__("format", source))  # type: ignore[attr-defined]
+        for sink in ("foreach", "foreachBatch"):  # Spark's sink from then on, whatever format() said before
+            cls_sink = getattr(cls, sink, None)
+            if cls_sink is not None:
+                setattr(cls, sink, _recording(cls_sink, functools.partial(_sink_is, sink)))
         cls.option = _recording(cls.option, lambda given, key, value: _set(given["options"], key, value))  # type: ignore[attr-defined]
         cls.options = _recording(cls.options, _set_all)  # type: ignore[attr-defined]
     cls.start = _checking(cls.start, classic)  # type: ignore[attr-defined]
+
+
+def _sink_is(sink: str, given: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+    given["format"] = sink
 
 
 def _set_all(given: dict[str, Any], **options: Any) -> None:
@@ -80,7 +93,8 @@ def _checking(start: Callable[..., Any], classic: bool) -> Callable[..., Any]:
             source, seen = given["format"], dict(given["options"])
         else:
             proto = self._write_proto
-            source, seen = proto.format or None, dict(proto.options)
+            foreach = any(proto.HasField(f) for f in ("foreach_batch", "foreach_writer") if _has_field(proto, f))
+            source, seen = (None if foreach else proto.format or None), dict(proto.options)
         source = format or source
         if source is not None and str(source).lower() == "regional":
             for key, value in options.items():
@@ -89,9 +103,18 @@ def _checking(start: Callable[..., Any], classic: bool) -> Callable[..., Any]:
                 seen["path"] = path
             session = self._spark if classic else self._session
             columns = self._df.schema.fieldNames() if classic else None
-            check_at_start(seen, columns, session.conf.getAll)
+            conf = _registered_conf.get(id(session))
+            check_at_start(seen, columns, session.conf.getAll if conf is None else conf)
         return start(self, path, format, outputMode, partitionBy, queryName, **options)
     return wrapper
+
+
+def _has_field(proto: Any, name: str) -> bool:
+    try:
+        proto.HasField(name)
+    except ValueError:  # another Spark Connect protocol: no such field
+        return False
+    return True
 
 
 def check_at_start(options: Mapping[str, Any], columns: list[str] | None, conf: Mapping[str, str]) -> None:
