@@ -23,6 +23,9 @@ QUICK_SPARK_DEFAULTS: dict[str, str] = {
     # compiler run per query shape
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    # delta-spark rebuilds a table's state in this many tasks (default 50) each time a test reads a table back;
+    # the tests' tables have a few files each
+    "spark.databricks.delta.snapshotPartitions": "2",
 }
 
 
