@@ -122,3 +122,17 @@ def test_a_repl_or_a_notebook_keeps_its_own_ctrl_c(monkeypatch):
     monkeypatch.setitem(console._state, "installed", False)
     console.install()
     assert installed == [(signal.SIGINT, console._on_interrupt)]
+
+
+def test_the_stops_bound_is_10_s_or_the_environments(monkeypatch):
+    monkeypatch.delenv(console.STOP_ON_SIGNAL_ENV, raising=False)
+    assert console.stop_on_signal_s() == 10.0
+    for given, bound in (("25", 25.0), ("0", 0.0), ("-1", 10.0), ("a minute", 10.0), ("99999", 10.0)):
+        monkeypatch.setenv(console.STOP_ON_SIGNAL_ENV, given)
+        assert console.stop_on_signal_s() == bound, given
+    monkeypatch.setenv(console.STOP_ON_SIGNAL_ENV, "25")
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", err)
+    with pytest.raises(SystemExit):
+        console._on_interrupt(signal.SIGTERM, None)
+    assert "at most 25 s" in err.getvalue()

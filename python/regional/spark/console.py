@@ -35,12 +35,30 @@ from typing import Any
 from regional.errors import RegionalError
 
 STOP_ON_SIGNAL_S = 10.0  # a final epoch for the queries, at most; under the grace of service managers (k8s: 30 s)
+STOP_ON_SIGNAL_ENV = "REGIONAL_STOP_ON_SIGNAL_S"  # another bound, in seconds (0 to 3600)
 _SAFE = ("Start them again with the same checkpointLocation and each goes on where it stopped, nothing lost or "
          "published twice (docs/stopping.md).")
-INTERRUPTED = (f"regional: interrupted (Ctrl-C): stopping the queries (a final epoch, at most "
-               f"{STOP_ON_SIGNAL_S:.0f} s; Ctrl-C again to quit at once). {_SAFE}")
-TERMINATED = (f"regional: terminated (SIGTERM): stopping the queries (a final epoch, at most "
-              f"{STOP_ON_SIGNAL_S:.0f} s). {_SAFE}")
+
+
+def stop_on_signal_s() -> float:
+    """The bound on the stop at a signal: ``REGIONAL_STOP_ON_SIGNAL_S`` where set to a number of seconds from 0
+    to 3600, else ``STOP_ON_SIGNAL_S``."""
+    try:
+        value = float(os.environ.get(STOP_ON_SIGNAL_ENV, ""))
+    except ValueError:
+        return STOP_ON_SIGNAL_S
+    return value if 0.0 <= value <= 3600.0 else STOP_ON_SIGNAL_S
+
+
+def signal_line(signum: int, bound_s: float) -> str:
+    if signum == signal.SIGINT:
+        return (f"regional: interrupted (Ctrl-C): stopping the queries (a final epoch, at most {bound_s:.0f} s; "
+                f"Ctrl-C again to quit at once). {_SAFE}")
+    return f"regional: terminated (SIGTERM): stopping the queries (a final epoch, at most {bound_s:.0f} s). {_SAFE}"
+
+
+INTERRUPTED = signal_line(signal.SIGINT, STOP_ON_SIGNAL_S)
+TERMINATED = signal_line(signal.SIGTERM, STOP_ON_SIGNAL_S)
 TRACEBACK_ENV = "REGIONAL_TRACEBACK"
 
 # ``regional.errors.RegionalStoreError: <sentence>`` inside a JVM exception's message (a Python traceback's line)
@@ -96,9 +114,10 @@ def _on_interrupt(signum: int, frame: FrameType | None) -> None:
     else:
         _state["interrupted"] = True
         logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)  # its connections break as the JVM goes
-        sys.stderr.write((INTERRUPTED if signum == signal.SIGINT else TERMINATED) + "\n")
+        bound_s = stop_on_signal_s()
+        sys.stderr.write(signal_line(signum, bound_s) + "\n")
         sys.stderr.flush()
-        _start_stopping(time.monotonic() + STOP_ON_SIGNAL_S)
+        _start_stopping(time.monotonic() + bound_s)
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise SystemExit(128 + signum)  # as a process killed by SIGTERM reports it; atexit handlers still run
