@@ -148,6 +148,29 @@ def test_zoned_timestamps_are_written_as_their_utc_instants_whatever_the_zones_o
         assert [r[1] for r in rows] == ['{"1960-01-01 00:44:30.123456"}', '{"1850-06-30 11:40:28.000001"}'], zone
 
 
+def test_dates_and_timestamps_before_year_one_are_written_with_postgres_era():
+    """Spark counts years as ISO 8601 does (proleptic Gregorian, a year 0); PostgreSQL writes 1 BC for year 0 and
+    refuses ``0000-12-30`` (or misreads ``-0045-10-29`` as a zone): the year before 1 is 1 BC, -45 is 46 BC."""
+    year_one_us = -62135596800 * 10 ** 6
+    batch = pa.record_batch({
+        "d": pa.array([-719163, -735000, -719162, None], pa.date32()),
+        "t": pa.array([year_one_us - 1, year_one_us - 1 - 366 * 86_400 * 10 ** 6, year_one_us, None],  # 0 is leap
+                      pa.timestamp("us", tz="Asia/Tokyo")),
+        "n": pa.array([year_one_us - 500_000, None, 0, year_one_us], pa.timestamp("us")),
+        "ad": pa.array([[-719163, None], [], None, [0]], pa.list_(pa.date32())),
+        "st": pa.array([{"d": -719163, "t": year_one_us - 1}, {"d": 0, "t": 0}, None, {"d": None, "t": None}],
+                       pa.struct([("d", pa.date32()), ("t", pa.timestamp("us", tz="Asia/Tokyo"))])),
+    })
+    rows = encoded(batch)
+    assert rows[0] == ["0001-12-31 BC", "0001-12-31 23:59:59.999999 BC", "0001-12-31 23:59:59.500000 BC",
+                       '{"0001-12-31 BC",NULL}', '{"d": "0000-12-31", "t": "0000-12-31T23:59:59.999999Z"}']
+    assert rows[1][:2] == ["0044-08-22 BC", "0002-12-31 23:59:59.999999 BC"]
+    assert rows[1][4] == '{"d": "1970-01-01", "t": "1970-01-01T00:00:00.000000Z"}'
+    assert rows[2][:3] == ["0001-01-01", "0001-01-01 00:00:00.000000", "1970-01-01 00:00:00.000000"]
+    assert rows[3] == ["", "", "0001-01-01 00:00:00.000000", '{"1970-01-01"}', '{"d": null, "t": null}']
+    assert encoded(batch.slice(1)) == rows[1:]
+
+
 def test_arrays_become_postgres_array_literals_with_nan_infinities_nulls_and_quotes():
     batch = pa.record_batch({
         "d": pa.array([[1.5, float("nan"), float("inf"), float("-inf"), None], [], None], pa.list_(pa.float64())),
@@ -210,15 +233,23 @@ def test_column_names_are_matched_without_case_exact_first():
 
 
 @pytest.mark.parametrize("text, want", [
-    ("code VARCHAR(8)", {"code": "varchar(8)"}),
+    ("code VARCHAR(8)", {"code": "character varying(8)"}),
     ("code varchar( 8 ), `Odd, name` CHAR(3) NOT NULL, n INTEGER COMMENT 'x, y', d DECIMAL(10, 2), e DEC, "
-     "l LONG, t TIMESTAMP", {"code": "varchar(8)", "Odd, name": "char(3)", "n": "int", "d": "decimal(10,2)",
-                             "e": "decimal(10,0)", "l": "bigint", "t": "timestamp"}),
+     "l LONG, t TIMESTAMP", {"code": "character varying(8)", "Odd, name": "character(3)", "n": "integer",
+                             "d": "numeric(10,2)", "e": "numeric(10,0)", "l": "bigint",
+                             "t": "timestamp with time zone"}),
+    # Spark's PostgreSQL dialect, as for the query's own columns (issue 59): no catalogString PostgreSQL lacks
+    # (tinyint, string, double, binary) or reads otherwise (float: double precision; timestamp: without time zone)
+    ("code TINYINT, n FLOAT, d DOUBLE, e STRING, l BINARY, t TIMESTAMP_NTZ",
+     {"code": "smallint", "n": "real", "d": "double precision", "e": "text", "l": "bytea",
+      "t": "timestamp without time zone"}),
+    ("code ARRAY<VARCHAR(3)>, n array < decimal(5,1) >, t ARRAY<TIMESTAMP>",
+     {"code": "character varying(3)[]", "n": "numeric(5,1)[]", "t": "timestamp with time zone[]"}),
 ])
 def test_create_table_column_types_are_read_as_spark_reads_them(text, want):
     columns = ["CODE", "Odd, name", "n", "d", "e", "l", "t"]
     assert parse_column_types(text, columns).types == want
-    assert parse_column_types(text, columns).type_of("Code") == "varchar(8)"
+    assert parse_column_types(text, columns).type_of("Code") == want["code"]
 
 
 @pytest.mark.parametrize("text, message", [
@@ -226,7 +257,8 @@ def test_create_table_column_types_are_read_as_spark_reads_them(text, want):
     ("code INT, CODE INT", "names column 'CODE' twice"),
     ("code", "is not 'column TYPE'"),
     ("code INT,", "has an empty column"),
-    ("code array<int>", "is not a Spark SQL scalar type"),
+    ("code array<array<int>>", "is not a Spark SQL scalar type or an array of one"),
+    ("code map<string, int>", "is not a Spark SQL scalar type or an array of one"),
     ("code DECIMAL(40,2)", "is not a Spark decimal"),
 ])
 def test_bad_create_table_column_types_are_refused(text, message):

@@ -8,12 +8,15 @@ pyarrow's CSV writer does the plain columns (an unquoted empty field is NULL, ev
   which the COPY's session (TimeZone UTC) reads as the same instant: pyarrow formats a zoned timestamp in its zone
   with the offset cut to minutes, which put instants of a zone whose offset had seconds (local mean time) up to
   59 s early;
+- a date or timestamp before year 1 is written with PostgreSQL's era: Spark's (proleptic Gregorian, ISO 8601)
+  year 0 is PostgreSQL's 1 BC and year -45 its 46 BC (pyarrow writes them ``0000-12-30`` and ``-0045-10-29``,
+  which PostgreSQL refuses or misreads), as Spark's JDBC writer lands them;
 - binary becomes bytea's hex text;
 - an array becomes a PostgreSQL array literal (``{"1.5","NaN"}``): every element quoted and escaped, NULL bare;
   computed with Arrow's kernels, not row by row;
 - what goes to jsonb becomes JSON as Spark's to_json writes it: NaN and infinities as the strings ``"NaN"``,
   ``"Infinity"``, ``"-Infinity"``, binary as base64, an empty map ``{}``, timestamps as UTC ISO 8601 instants,
-  decimals as exact numbers.
+  decimals as exact numbers; dates and timestamps before year 1 with ISO 8601's signed years (``-0045-10-29``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import datetime as dt
 import io
 import json
 import math
+import re
 from collections.abc import Callable, Collection
 from decimal import Decimal
 from typing import Any
@@ -34,6 +38,13 @@ import pyarrow.csv as pacsv
 from regional.targets.postgres.schema import is_array
 
 Converter = Callable[[pa.Array], pa.Array]
+
+# 0001-01-01 00:00 (proleptic Gregorian, as Spark and PostgreSQL count), in days and seconds from 1970-01-01:
+# what comes before is written with PostgreSQL's era (BC).
+_YEAR_ONE_DAYS = -719162
+_YEAR_ONE_SECONDS = -62135596800
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+_ISO_YEAR = re.compile(r"(-?)(\d+)(-.*)", re.S)
 
 
 def encoder(schema: pa.Schema, json_columns: Collection[str] = ()) -> Callable[[pa.RecordBatch], bytes]:
@@ -56,7 +67,9 @@ def encoder(schema: pa.Schema, json_columns: Collection[str] = ()) -> Callable[[
 def converter(t: pa.DataType, as_json: bool) -> Converter | None:
     """How a column of type ``t`` is made CSV-ready; None: pyarrow writes it as it is."""
     if pa.types.is_timestamp(t):
-        return _utc if t.tz else None
+        return _utc_with_eras if t.tz else _with_eras
+    if pa.types.is_date32(t):
+        return _with_eras
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):
         return _hex
     if is_array(t) and not pa.types.is_nested(t.value_type) and not as_json:
@@ -71,6 +84,36 @@ def _utc(column: pa.Array) -> pa.Array:
     session runs with TimeZone UTC, so PostgreSQL reads them as the same instants; pyarrow formats these about 15
     times as fast as zoned ones."""
     return column.cast(pa.timestamp(column.type.unit))
+
+
+def _utc_with_eras(column: pa.Array) -> pa.Array:
+    return _with_eras(_utc(column))
+
+
+def _with_eras(column: pa.Array) -> pa.Array:
+    """Dates or timestamps without a zone as they are when all are from year 1 on (pyarrow writes those as
+    PostgreSQL reads them); else as text, the ones before year 1 with PostgreSQL's era (``0001-12-30 BC``)."""
+    early = pc.less(column, _year_one(column.type))
+    if not pc.any(early).as_py():
+        return column
+    text = column.cast(pa.string())
+    return pa.array([_bc(v) if e else v for v, e in zip(text.to_pylist(), early.to_pylist(), strict=True)],
+                    pa.string())
+
+
+def _year_one(t: pa.DataType) -> pa.Scalar:
+    if pa.types.is_date32(t):
+        return pa.scalar(_YEAR_ONE_DAYS, t)
+    return pa.scalar(_YEAR_ONE_SECONDS * _PER_SECOND[t.unit], t)
+
+
+def _bc(iso: str) -> str:
+    """ISO 8601's year (0, -45: astronomical numbering, pyarrow's text) as PostgreSQL's era: ``0000-12-30`` ->
+    ``0001-12-30 BC``, ``-0045-10-29 23:59:59`` -> ``0046-10-29 23:59:59 BC`` (PostgreSQL has no year 0)."""
+    found = _ISO_YEAR.fullmatch(iso)
+    assert found is not None, iso
+    sign, year, rest = found.groups()
+    return f"{1 - int(sign + year):04d}{rest} BC"
 
 
 def _hex(column: pa.Array) -> pa.Array:
@@ -96,6 +139,8 @@ def _element_text(values: pa.Array) -> pa.Array:
     t = values.type
     if pa.types.is_timestamp(t) and t.tz:
         values = _utc(values)
+    if pa.types.is_timestamp(t) or pa.types.is_date32(t):
+        return _with_eras(values).cast(pa.string())
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):
         return _hex(values)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
@@ -105,7 +150,28 @@ def _element_text(values: pa.Array) -> pa.Array:
 
 def _json_column(column: pa.Array) -> pa.Array:
     t = column.type
-    return pa.array([None if v is None else _json(v, t) for v in column.to_pylist()], pa.string())
+    try:
+        values = column.to_pylist()
+    except (OverflowError, ValueError):  # a date or timestamp before year 1, which Python's datetime has not
+        values = column.cast(_times_as(t, zoned=False)).cast(_times_as(t, zoned=True)).to_pylist()
+    return pa.array([None if v is None else _json(v, t) for v in values], pa.string())
+
+
+def _times_as(t: pa.DataType, zoned: bool) -> pa.DataType:
+    """``t`` with its dates and timestamps as pyarrow's ISO 8601 text (``zoned``), or first its zoned timestamps
+    without their zone (their UTC wall-clock times)."""
+    if pa.types.is_timestamp(t):
+        return pa.string() if zoned else pa.timestamp(t.unit)
+    if pa.types.is_date32(t):
+        return pa.string() if zoned else t
+    if pa.types.is_map(t):
+        return pa.map_(_times_as(t.key_type, zoned), _times_as(t.item_type, zoned))
+    if pa.types.is_struct(t):
+        return pa.struct([t.field(i).with_type(_times_as(t.field(i).type, zoned)) for i in range(t.num_fields)])
+    if is_array(t):
+        element = t.value_field.with_type(_times_as(t.value_type, zoned))
+        return pa.large_list(element) if pa.types.is_large_list(t) else pa.list_(element)
+    return t
 
 
 def _json(value: Any, t: pa.DataType) -> str:
@@ -135,6 +201,8 @@ def _json(value: Any, t: pa.DataType) -> str:
         return str(value)
     if isinstance(value, bytes):
         return json.dumps(base64.b64encode(value).decode("ascii"))
+    if isinstance(value, str) and pa.types.is_timestamp(t):  # before year 1: pyarrow's text of its UTC time
+        return json.dumps(value.replace(" ", "T") + ("Z" if t.tz else ""))
     if isinstance(value, dt.datetime):
         if value.tzinfo is not None:
             return json.dumps(value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))

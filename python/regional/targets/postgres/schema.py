@@ -120,23 +120,29 @@ class ColumnTypes:
         return next((t for c, t in self.types.items() if c.lower() == column.lower()), None)
 
 
-# Spark SQL's type names -> their catalogString, which Spark's JDBC writer puts into the DDL as it is.
+# Spark SQL's type names -> the PostgreSQL type Spark's JDBC writer (its PostgreSQL dialect) puts into CREATE TABLE
+# for them, in format_type's spelling (what ``compatible`` takes). Spark reads createTableColumnTypes as Spark types
+# and maps each as it maps the query's own: ``ts TIMESTAMP`` is timestamptz, ``f FLOAT`` real, ``t TINYINT``
+# smallint, ``s STRING`` text (seen on Spark 4, integration/test_postgres_like_jdbc.py).
 _SPARK_TYPES = {
-    "boolean": "boolean", "tinyint": "tinyint", "byte": "tinyint", "smallint": "smallint", "short": "smallint",
-    "int": "int", "integer": "int", "bigint": "bigint", "long": "bigint", "float": "float", "real": "float",
-    "double": "double", "date": "date", "timestamp": "timestamp", "timestamp_ltz": "timestamp",
-    "timestamp_ntz": "timestamp_ntz", "string": "string", "binary": "binary",
+    "boolean": "boolean", "tinyint": "smallint", "byte": "smallint", "smallint": "smallint", "short": "smallint",
+    "int": "integer", "integer": "integer", "bigint": "bigint", "long": "bigint", "float": "real", "real": "real",
+    "double": "double precision", "date": "date", "timestamp": "timestamp with time zone",
+    "timestamp_ltz": "timestamp with time zone", "timestamp_ntz": "timestamp without time zone", "string": "text",
+    "binary": "bytea",
 }
 _ITEM = re.compile(r"\s*(`(?:[^`]|``)+`|[A-Za-z_][A-Za-z0-9_]*)\s+(.+?)\s*$", re.S)
 _SIZED = re.compile(r"(char|character|varchar)\s*\(\s*(\d+)\s*\)$", re.I)
 _DECIMAL = re.compile(r"(?:decimal|dec|numeric)\s*(?:\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\))?$", re.I)
+_ARRAY = re.compile(r"array\s*<\s*(.+?)\s*>$", re.I | re.S)
 _TAIL = re.compile(r"\s+(?:not\s+null|comment\s+'(?:[^'\\]|\\.)*')\s*$", re.I)
 
 
 def parse_column_types(text: str, columns: list[str]) -> ColumnTypes:
     """``createTableColumnTypes`` (``"name VARCHAR(8), comments CHAR(64)"``), read as Spark's JDBC writer reads it:
-    Spark SQL's column list syntax; each named column must be one of the query's (without case); the type goes into
-    CREATE TABLE as Spark's catalogString of it (``VARCHAR(8)`` -> ``varchar(8)``, ``INTEGER`` -> ``int``)."""
+    Spark SQL's column list syntax; each named column must be one of the query's (without case); each type goes into
+    CREATE TABLE as Spark's PostgreSQL dialect maps it (``VARCHAR(8)`` -> ``character varying(8)``, ``INTEGER`` ->
+    ``integer``, ``TIMESTAMP`` -> ``timestamp with time zone``, ``ARRAY<INT>`` -> ``integer[]``)."""
     types: dict[str, str] = {}
     for item in _split_top_level(text):
         found = _ITEM.fullmatch(item)
@@ -153,25 +159,33 @@ def parse_column_types(text: str, columns: list[str]) -> ColumnTypes:
         if not any(c.lower() == name.lower() for c in columns):
             raise RegionalConfigError(f"createTableColumnTypes names column {name!r}, which the query does not write "
                                       f"(its columns: {', '.join(columns)})")
-        types[name] = _catalog_string(name, kind.strip())
+        types[name] = _postgres_type(name, kind.strip())
     return ColumnTypes(types)
 
 
-def _catalog_string(column: str, kind: str) -> str:
+def _postgres_type(column: str, kind: str, in_array: bool = False) -> str:
     if (simple := _SPARK_TYPES.get(kind.lower())) is not None:
         return simple
     if (sized := _SIZED.fullmatch(kind)) is not None:
-        return f"{'varchar' if sized.group(1).lower() == 'varchar' else 'char'}({int(sized.group(2))})"
+        varying = sized.group(1).lower() == "varchar"
+        return f"{'character varying' if varying else 'character'}({int(sized.group(2))})"
     if (decimal := _DECIMAL.fullmatch(kind)) is not None:
         precision = int(decimal.group(1) or 10)
         scale = int(decimal.group(2) or 0)
         if not 1 <= precision <= 38 or scale > precision:
             raise RegionalConfigError(f"createTableColumnTypes: column {column!r} has {kind}, which is not a Spark "
                                       "decimal (precision 1 to 38, scale at most the precision)")
-        return f"decimal({precision},{scale})"
+        return f"numeric({precision},{scale})"
+    if (array := _ARRAY.fullmatch(kind)) is not None and not in_array:
+        return _postgres_type(column, array.group(1), in_array=True) + "[]"
     raise RegionalConfigError(f"createTableColumnTypes: column {column!r} has type {kind!r}, which is not a Spark SQL "
-                              "scalar type (Spark's JDBC writer takes Spark SQL types here, e.g. VARCHAR(8), "
-                              "CHAR(3), INT, BIGINT, DECIMAL(10,2), DATE, TIMESTAMP, BOOLEAN)")
+                              "scalar type or an array of one (Spark's JDBC writer takes Spark SQL types here, e.g. "
+                              "VARCHAR(8), CHAR(3), INT, BIGINT, DECIMAL(10,2), DATE, TIMESTAMP, BOOLEAN, ARRAY<INT>)")
+
+
+def base_type(kind: str) -> str:
+    """A type without its modifiers, as ``compatible`` takes it: ``numeric(9,2)[]`` -> ``numeric[]``."""
+    return re.sub(r"\([^)]*\)", "", kind)
 
 
 def _split_top_level(text: str) -> list[str]:

@@ -40,7 +40,14 @@ from regional.targets.postgres.names import (
     region_key,
     safe_url,
 )
-from regional.targets.postgres.schema import compatible, match_columns, parse_column_types, pg_type, writes_json
+from regional.targets.postgres.schema import (
+    base_type,
+    compatible,
+    match_columns,
+    parse_column_types,
+    pg_type,
+    writes_json,
+)
 from regional.targets.postgres.settings import OPTIONS, Settings
 
 log = logging.getLogger("regional")
@@ -283,9 +290,26 @@ class PostgresTarget(RegionalTarget):
         user_types = parse_column_types(self.settings.column_types, schema.names) if self.settings.column_types \
             else None
         wanted = [(f.name, pg_type(f)) for f in schema]
-        created = [(f.name, (user_types and user_types.type_of(f.name)) or kind + ("" if f.nullable else " NOT NULL"))
+        # NOT NULL for a non-nullable field, with the user's type too, as Spark's JDBC writer creates it.
+        created = [(f.name, ((user_types and user_types.type_of(f.name)) or kind) + ("" if f.nullable else " NOT NULL"))
                    for f, (_n, kind) in zip(schema, wanted, strict=True)]
+        (longest,) = conn.execute("SELECT current_setting('max_identifier_length')::int").fetchone()
+        too_long = [n for n, _k in wanted if len(n.encode()) > longest]
+        if too_long:  # PostgreSQL would cut them in CREATE TABLE and never find them again
+            raise RegionalConfigError(
+                "target=postgres: " + "; ".join(f"column {n!r} has a {len(n.encode())}-byte name" for n in too_long)
+                + f": PostgreSQL keeps only the first {longest} bytes of a name (max_identifier_length), so the "
+                "table can never have such a column (Spark's JDBC writer creates the cut name, writes once, then "
+                "fails). Rename it in your select(...) (e.g. withColumnRenamed) to at most "
+                f"{longest} bytes")
         existed = self._columns(conn, self.table) is not None
+        misfit = [f"column {n!r} ({kind}) cannot take createTableColumnTypes' {mine}"
+                  for n, kind in wanted if user_types and (mine := user_types.type_of(n)) is not None
+                  and not compatible(kind, base_type(mine))]
+        if misfit and not existed:  # refused before CREATE: no table is left behind that the query cannot write
+            raise RegionalConfigError(
+                f"target=postgres: {'; '.join(misfit)}. Give each column a type its values fit (e.g. VARCHAR(n) "
+                "for a string, BIGINT for an int), or cast the column in your select(...)")
         have = self._create_missing(conn, self.table, created, options=self.settings.table_options)
         if not existed and self.settings.table_comment:
             conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(self.table.sql(),
