@@ -353,3 +353,43 @@ def test_dates_before_year_one_and_create_table_column_types_land_as_spark_jdbc_
                                                                          '{"0001-12-30 BC","0046-10-29 BC"}')
     assert rows_as_text(postgres, "ancient_stock", ["aa", "adt"])[1] == ("{{1,2},{3,NULL}}",
                                                                           "{0001-12-30,0046-10-29}")
+
+
+def test_a_name_postgres_would_cut_and_a_date_into_timestamptz_are_refused_at_start(spark, postgres, jdbc, tmp_path):
+    """A column name longer than 63 bytes: PostgreSQL cuts it in CREATE TABLE (Spark's JDBC writer then writes once
+    and fails at the next write, the cut column "not defined in table"); a date into an existing timestamptz column:
+    Spark's JDBC writer lands it at midnight in its JVM's default time zone, whatever spark.sql.session.timeZone
+    says. Both are refused at start, naming the column and what to do."""
+    url, properties = jdbc
+    stream, static = the_input(spark, tmp_path / "in", tmp_path / "ck")
+    long_name = "measured_" + "é" * 30  # 69 bytes, 39 characters
+    got = error_of(lambda: start(stream.selectExpr("region", "offset", f"value AS `{long_name}`"), postgres,
+                                 "cut_mine", tmp_path / "ck"))
+    assert f"column {long_name!r} has a 69-byte name: PostgreSQL keeps only the first 63 bytes" in got, got[-1500:]
+    assert "Rename it in your select(...)" in got, got[-1500:]
+    with postgres.connect() as conn:
+        assert conn.execute("SELECT to_regclass('cut_mine')").fetchone() == (None,)
+        for table in ("zoned_mine", "zoned_stock"):
+            conn.execute(f'CREATE TABLE {table} (region text, "offset" bigint, d timestamptz, n timestamp, '
+                         "casted timestamptz)")
+    select = ["region", "offset", "DATE'2024-06-01' AS d", "DATE'2024-06-01' AS n"]
+    got = error_of(lambda: start(stream.selectExpr(*select), postgres, "zoned_mine", tmp_path / "ck"))
+    assert "column 'd' is timestamp with time zone, the query writes date: Spark's JDBC writer would land" in got, \
+        got[-1500:]
+    assert "CAST(d AS TIMESTAMP) is midnight in the session time zone" in got, got[-1500:]
+    jvm_zone = spark.sparkContext._jvm.java.util.TimeZone.getDefault().getID()
+    session_zone = "Asia/Tokyo" if jvm_zone != "Asia/Tokyo" else "America/New_York"
+    previous = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", session_zone)
+    try:
+        static.selectExpr(*select, "CAST(DATE'2024-06-01' AS TIMESTAMP) AS casted").limit(1).write.jdbc(
+            url, "zoned_stock", mode="append", properties=properties)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", previous)
+    with postgres.connect() as conn:
+        (jvm_midnight, session_midnight, casted, plain) = conn.execute(
+            "SELECT d = timestamp '2024-06-01 00:00' AT TIME ZONE %s, "
+            "d = timestamp '2024-06-01 00:00' AT TIME ZONE %s, "
+            "casted = timestamp '2024-06-01 00:00' AT TIME ZONE %s, n::text FROM zoned_stock",
+            (jvm_zone, session_zone, session_zone)).fetchone()
+    assert (jvm_midnight, session_midnight, casted, plain) == (True, False, True, "2024-06-01 00:00:00")

@@ -223,6 +223,7 @@ def test_existing_columns_take_what_postgres_reads_without_rounding():
     assert compatible("bigint", "smallint")  # out of range: the row's failure, as stock's INSERT
     assert not compatible("double precision", "integer") and not compatible("numeric(5,2)", "bigint")
     assert not compatible("text[]", "text") and not compatible("jsonb", "text[]")
+    assert compatible("date", "timestamp without time zone") and not compatible("date", "timestamp with time zone")
     assert writes_json(pa.field("a", pa.list_(pa.int32())), "jsonb")
     assert not writes_json(pa.field("a", pa.list_(pa.int32())), "integer[]")
 

@@ -40,12 +40,19 @@ _COMPATIBLE: dict[str, set[str]] = {
     # never go into an integer column (stock's cast would round them; COPY refuses them).
     "smallint": _NUMBERS, "integer": _NUMBERS, "bigint": _NUMBERS, "real": _FRACTIONS,
     "double precision": _FRACTIONS,
-    "date": {"date", "timestamp with time zone", "timestamp without time zone"},
+    # Not timestamptz: Spark's JDBC writer lands a date there at midnight in its executors' JVM time zone, which
+    # regional cannot know (and not in spark.sql.session.timeZone): refused, with a cast to give (DATE_INTO_ZONED).
+    "date": {"date", "timestamp without time zone"},
     "timestamp with time zone": {"timestamp with time zone"},
     "timestamp without time zone": {"timestamp without time zone"},
     "numeric": _FRACTIONS,
     JSON_TYPE: {"jsonb", "json"},
 }
+
+
+DATE_INTO_ZONED = ("Spark's JDBC writer would land each date at midnight in its executors' JVM time zone, not in "
+                   "spark.sql.session.timeZone, and regional cannot know that zone: cast it in your select(...) "
+                   "(CAST({column} AS TIMESTAMP) is midnight in the session time zone), or make the column date")
 
 
 def is_array(t: pa.DataType) -> bool:

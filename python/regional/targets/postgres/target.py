@@ -41,6 +41,7 @@ from regional.targets.postgres.names import (
     safe_url,
 )
 from regional.targets.postgres.schema import (
+    DATE_INTO_ZONED,
     base_type,
     compatible,
     match_columns,
@@ -321,7 +322,9 @@ class PostgresTarget(RegionalTarget):
             if column is None:
                 problems.append(f"column {name!r} ({kind}) is missing")
             elif not compatible(kind, have[column][0]):
-                problems.append(f"column {column!r} is {have[column][0]}, the query writes {kind}")
+                dated = base_type(kind).startswith("date") and have[column][0].startswith("timestamp with time zone")
+                problems.append(f"column {column!r} is {have[column][0]}, the query writes {kind}"
+                                + (": " + DATE_INTO_ZONED.format(column=name) if dated else ""))
         written = {c for c in matched.values() if c is not None}
         problems += [f"column {n!r} is NOT NULL without a default, and the query does not write it"
                      for n, (_k, required) in have.items() if required and n not in written]
