@@ -196,18 +196,34 @@ def test_every_type_lands_as_spark_jdbc_writes_it_in_every_session_time_zone(spa
     assert extra[1][3] == "[[1], []]"
 
 
+NESTED = [  # arrays of arrays into existing array columns, as multidimensional arrays (issue 59, item 12e)
+    pick("array(array(CAST(offset AS INT), 2), array(3, NULL))", "CAST(array() AS ARRAY<ARRAY<INT>>)",
+         "CAST(NULL AS ARRAY<ARRAY<INT>>)", "array(array(-2147483648))", "array(array(1, 2, 3))",
+         "array(array(CAST(NULL AS INT)))") + " AS nested",
+    "array(array(array('a,b', NULL), array('\"q\"', '{x}')), array(array('back\\\\slash', ''), "
+    "array('NULL', value))) AS deep",
+]
+
+
 def test_an_existing_table_is_matched_without_case_as_spark_jdbc_matches_it(spark, postgres, jdbc, tmp_path):
-    """The table says id and "Value" and has a column with a default; the query says ID and value."""
+    """The table says id and "Value" and has a column with a default; the query says ID and value. Arrays of arrays
+    go into its array columns as Spark's JDBC writer writes them (a table it created has integer[] for them)."""
     url, properties = jdbc
     with postgres.connect() as conn:
         for table in ("cased_mine", "cased_stock"):
             conn.execute(f'CREATE TABLE {table} (region text, "offset" bigint, id bigint, "Value" text, '
-                         "ints integer[], added text NOT NULL DEFAULT 'default')")
+                         "ints integer[], added text NOT NULL DEFAULT 'default', nested bigint[], deep text[])")
     stream, static = the_input(spark, tmp_path / "in", tmp_path / "ck")
-    select = ["region", "offset", "offset * 7 AS ID", "value AS value", "array(CAST(offset AS INT), NULL) AS INTS"]
+    select = ["region", "offset", "offset * 7 AS ID", "value AS value", "array(CAST(offset AS INT), NULL) AS INTS",
+              *NESTED]
     run(start(stream.selectExpr(*select), postgres, "cased_mine", tmp_path / "ck"))
     static.selectExpr(*select).write.jdbc(url, "cased_stock", mode="append", properties=properties)
-    assert_same_rows(postgres, "cased_mine", "cased_stock", ["region", "offset", "id", "Value", "ints", "added"])
+    assert_same_rows(postgres, "cased_mine", "cased_stock", ["region", "offset", "id", "Value", "ints", "added",
+                                                             "nested", "deep"])
+    assert [r[0] for r in rows_as_text(postgres, "cased_mine", ["nested"])] == [
+        "{{0,2},{3,NULL}}", "{}", None, "{{-2147483648}}", "{{1,2,3}}", "{{NULL}}"]
+    assert rows_as_text(postgres, "cased_mine", ["deep"])[0] == (
+        '{{{"a,b",NULL},{"\\"q\\"","{x}"}},{{"back\\\\slash",""},{"NULL",a-001-0}}}',)
     assert rows_as_text(postgres, "cased_mine", ["id", "Value", "ints", "added"])[1] == ("7", "a-001-1", "{1,NULL}",
                                                                                          "default")
 

@@ -26,7 +26,14 @@ from regional.targets.postgres import (
     pg_type,
     region_key,
 )
-from regional.targets.postgres.schema import compatible, match_columns, parse_column_types, writes_json
+from regional.targets.postgres.schema import (
+    compatible,
+    fits,
+    match_columns,
+    multidimensional_type,
+    parse_column_types,
+    writes_json,
+)
 from regional.targets.postgres.settings import Settings
 
 URL = "postgresql://app@127.0.0.1:5432/db"
@@ -169,6 +176,25 @@ def test_dates_and_timestamps_before_year_one_are_written_with_postgres_era():
     assert rows[2][:3] == ["0001-01-01", "0001-01-01 00:00:00.000000", "1970-01-01 00:00:00.000000"]
     assert rows[3] == ["", "", "0001-01-01 00:00:00.000000", '{"1970-01-01"}', '{"d": null, "t": null}']
     assert encoded(batch.slice(1)) == rows[1:]
+
+
+def test_arrays_of_arrays_are_jsonb_unless_an_existing_array_column_takes_them_as_multidimensional_arrays():
+    t = pa.list_(pa.list_(pa.int32()))
+    batch = pa.record_batch({"a": pa.array([[[1, 2], [3, None]], [], None, [[4], None]], t),
+                             "s": pa.array([[[['a,"b', None]]], None, [], [[["\\"]]]],
+                                           pa.list_(pa.list_(pa.list_(pa.string()))))})
+    assert encoded(batch) == [['[[1, 2], [3, null]]', '[[["a,\\"b", null]]]'], ["[]", ""], ["", "[]"],
+                              ["[[4], null]", '[[["\\\\"]]]']]
+    multidimensional = list(csv.reader(io.StringIO(encoder(batch.schema, (), ("a", "s"))(batch.slice(1)).decode())))
+    assert multidimensional == [["{}", ""], ["", "{}"], ['{{"4"},NULL}', '{{{"\\\\"}}}']]
+    assert encoder(batch.schema, (), ("a", "s"))(batch.slice(0, 1)).decode() == (
+        '"{{""1"",""2""},{""3"",NULL}}","{{{""a,\\""b"",NULL}}}"\n')
+    field = pa.field("a", t)
+    assert multidimensional_type(field) == "integer[]" and multidimensional_type(pa.field("l", pa.list_(t))) \
+        == "integer[]"
+    assert multidimensional_type(pa.field("m", pa.list_(pa.list_(pa.struct([("x", pa.int8())]))))) is None
+    assert fits(field, "bigint[]") and fits(field, "jsonb") and not fits(field, "text[]") and not fits(field, "text")
+    assert not writes_json(field, "integer[]") and writes_json(field, "jsonb") and writes_json(field, None)
 
 
 def test_arrays_become_postgres_array_literals_with_nan_infinities_nulls_and_quotes():

@@ -47,11 +47,13 @@ _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 _ISO_YEAR = re.compile(r"(-?)(\d+)(-.*)", re.S)
 
 
-def encoder(schema: pa.Schema, json_columns: Collection[str] = ()) -> Callable[[pa.RecordBatch], bytes]:
+def encoder(schema: pa.Schema, json_columns: Collection[str] = (),
+            nested_columns: Collection[str] = ()) -> Callable[[pa.RecordBatch], bytes]:
     """The CSV of a batch of ``schema``; ``json_columns``: the arrays written into json or jsonb columns (maps,
-    structs and arrays of them always are)."""
+    structs and arrays of them always are, arrays of arrays unless in ``nested_columns``: those written into
+    array columns as PostgreSQL's multidimensional arrays)."""
     special = {i: convert for i, f in enumerate(schema)
-               if (convert := converter(f.type, f.name in json_columns)) is not None}
+               if (convert := converter(f.type, f.name in json_columns, f.name in nested_columns)) is not None}
     options = pacsv.WriteOptions(include_header=False)
 
     def encode(batch: pa.RecordBatch) -> bytes:
@@ -64,7 +66,7 @@ def encoder(schema: pa.Schema, json_columns: Collection[str] = ()) -> Callable[[
     return encode
 
 
-def converter(t: pa.DataType, as_json: bool) -> Converter | None:
+def converter(t: pa.DataType, as_json: bool, multidimensional: bool = False) -> Converter | None:
     """How a column of type ``t`` is made CSV-ready; None: pyarrow writes it as it is."""
     if pa.types.is_timestamp(t):
         return _utc_with_eras if t.tz else _with_eras
@@ -72,7 +74,7 @@ def converter(t: pa.DataType, as_json: bool) -> Converter | None:
         return _with_eras
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):
         return _hex
-    if is_array(t) and not pa.types.is_nested(t.value_type) and not as_json:
+    if is_array(t) and not as_json and (multidimensional or not pa.types.is_nested(t.value_type)):
         return _array_literal
     if pa.types.is_nested(t):
         return _json_column
@@ -121,14 +123,20 @@ def _hex(column: pa.Array) -> pa.Array:
 
 
 def _array_literal(column: pa.Array) -> pa.Array:
-    """Each list as a PostgreSQL array literal: ``{"a","b \\"c\\"",NULL}``; a null list stays null."""
+    """Each list as a PostgreSQL array literal: ``{"a","b \\"c\\"",NULL}``; a null list stays null. A list of
+    lists as a multidimensional one, ``{{"1","2"},{"3",NULL}}``, as Spark's JDBC writer sends it (PostgreSQL
+    refuses lists of different lengths and null lists inside: that row's own fault)."""
     offsets = column.offsets  # of this slice, into the whole array's values: rebased, with only its values
     start, end = offsets[0].as_py(), offsets[-1].as_py()
     offsets = pc.subtract(offsets, pa.scalar(start, offsets.type))
-    text = _element_text(column.values.slice(start, end - start))
-    escaped = pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"')
-    quoted = pc.binary_join_element_wise('"', escaped, '"', "")
-    elements = pc.fill_null(quoted, "NULL")
+    values = column.values.slice(start, end - start)
+    if is_array(values.type):
+        elements = pc.fill_null(_array_literal(values), "NULL")
+    else:
+        text = _element_text(values)
+        escaped = pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"')
+        quoted = pc.binary_join_element_wise('"', escaped, '"', "")
+        elements = pc.fill_null(quoted, "NULL")
     lists = type(column).from_arrays(offsets, elements, mask=column.is_null())
     joined = pc.binary_join(lists, ",")
     return pc.binary_join_element_wise("{", joined, "}", "")

@@ -87,10 +87,39 @@ def _or_refuse(field: pa.Field, found: str | None) -> str:
     return found
 
 
+def multidimensional_type(field: pa.Field) -> str | None:
+    """For an array of arrays (of arrays ...) of a scalar: the PostgreSQL array type Spark's JDBC writer creates for
+    it (``array<array<int>>``: ``integer[]``; PostgreSQL's array types have any number of dimensions); else None.
+    regional creates jsonb for it (PostgreSQL's arrays must be rectangular, without null sub-arrays, and Spark's
+    need not be), and writes it into an existing column of that type as Spark's JDBC writer does."""
+    t = field.type
+    if not (is_array(t) and is_array(t.value_type)):
+        return None
+    while is_array(t):
+        t = t.value_type
+    element = scalar_type(t)
+    return None if element is None else element + "[]"
+
+
+def writes_multidimensional(field: pa.Field, existing: str | None) -> bool:
+    """Whether ``field``, an array of arrays, is written into ``existing``, an array column, as PostgreSQL's
+    multidimensional array literal (``{{1,2},{3,NULL}}``)."""
+    return existing is not None and existing.endswith("[]") and multidimensional_type(field) is not None
+
+
 def writes_json(field: pa.Field, existing: str | None) -> bool:
-    """Whether ``field`` is sent as JSON: what has no PostgreSQL type but jsonb, and an array written into an
-    existing json or jsonb column (a table an earlier regional created, which wrote arrays as jsonb)."""
+    """Whether ``field`` is sent as JSON: what has no PostgreSQL type but jsonb (an array of arrays unless it goes
+    into an existing array column), and an array written into an existing json or jsonb column (a table an earlier
+    regional created, which wrote arrays as jsonb)."""
+    if writes_multidimensional(field, existing):
+        return False
     return pg_type(field) == JSON_TYPE or (is_array(field.type) and existing in ("json", "jsonb"))
+
+
+def fits(field: pa.Field, existing: str) -> bool:
+    """Whether a column of type ``existing`` takes ``field`` as regional writes it."""
+    nested = multidimensional_type(field)
+    return compatible(pg_type(field), existing) or (nested is not None and compatible(nested, existing))
 
 
 def compatible(created: str, existing: str) -> bool:

@@ -44,10 +44,12 @@ from regional.targets.postgres.schema import (
     DATE_INTO_ZONED,
     base_type,
     compatible,
+    fits,
     match_columns,
     parse_column_types,
     pg_type,
     writes_json,
+    writes_multidimensional,
 )
 from regional.targets.postgres.settings import OPTIONS, Settings
 
@@ -61,6 +63,7 @@ KEEP_PROGRESS_EPOCHS = 100  # progress rows older than this many recorded epochs
 # arrays written as JSON (into json or jsonb columns).
 COLUMNS_KEY = "regional.postgres.columns"
 JSON_KEY = "regional.postgres.json"
+NESTED_KEY = "regional.postgres.multidimensional"  # arrays of arrays written into array columns (not as JSON)
 # Which errors are about the rows (docs/targets/postgres.md, "Errors about a row"), by SQLSTATE: its class (2
 # characters) or the code itself. The rows' own fault (``RowsInvalid``: an isolated record refused with it is
 # dead-lettered at once): a data exception (22: a value the column cannot take), a NOT NULL column it breaks, a CHECK
@@ -109,6 +112,7 @@ class PostgresTarget(RegionalTarget):
         # What the driver's open() found (absent outside a query's tasks: the rows' own names, arrays as arrays).
         self.columns: dict[str, str] | None = json.loads(options[COLUMNS_KEY]) if COLUMNS_KEY in options else None
         self.json_columns: list[str] = json.loads(options.get(JSON_KEY, "[]"))
+        self.nested_columns: list[str] = json.loads(options.get(NESTED_KEY, "[]"))
 
     # -- connections -------------------------------------------------------------------------------
 
@@ -317,11 +321,11 @@ class PostgresTarget(RegionalTarget):
                                                                      sql.Literal(self.settings.table_comment)))
         matched = match_columns([n for n, _k in wanted], list(have))
         problems = []
-        for name, kind in wanted:
+        for field, (name, kind) in zip(schema, wanted, strict=True):
             column = matched[name]
             if column is None:
                 problems.append(f"column {name!r} ({kind}) is missing")
-            elif not compatible(kind, have[column][0]):
+            elif not fits(field, have[column][0]):
                 dated = base_type(kind).startswith("date") and have[column][0].startswith("timestamp with time zone")
                 problems.append(f"column {column!r} is {have[column][0]}, the query writes {kind}"
                                 + (": " + DATE_INTO_ZONED.format(column=name) if dated else ""))
@@ -334,12 +338,14 @@ class PostgresTarget(RegionalTarget):
                 "table, select(...) matching columns, or write to a new table (regional creates a missing one)")
         self.columns = {name: column for name, column in matched.items() if column is not None}
         self.json_columns = [f.name for f in schema if writes_json(f, have[self.columns[f.name]][0])]
+        self.nested_columns = [f.name for f in schema if writes_multidimensional(f, have[self.columns[f.name]][0])]
 
     def task_options(self) -> dict[str, str]:
         """The table's column for each of the query's, and the arrays its tasks send as JSON."""
         if self.columns is None:
             return {}
-        return {COLUMNS_KEY: json.dumps(self.columns), JSON_KEY: json.dumps(self.json_columns)}
+        return {COLUMNS_KEY: json.dumps(self.columns), JSON_KEY: json.dumps(self.json_columns),
+                NESTED_KEY: json.dumps(self.nested_columns)}
 
     # -- phase one, in the task -----------------------------------------------------------------
 
@@ -447,7 +453,7 @@ class PostgresTarget(RegionalTarget):
         copied."""
         from psycopg import sql
 
-        encode = encoder(first.schema, self.json_columns)
+        encode = encoder(first.schema, self.json_columns, self.nested_columns)
         copy_sql = sql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
             table, sql.SQL(", ").join(sql.Identifier(c) for c in columns))
         rows = 0
