@@ -106,3 +106,29 @@ def test_a_region_of_only_bad_records_stops_at_the_bound_then_drains_with_the_de
     assert [(r["region"], r["offset"]) for r in letters] == [("a", 0), ("a", 1)]
     assert all("dead-lettered by onSuspectTimeout=deadLetter" in r["error"] for r in letters)
     assert_exactly_once(out, {"b": [(i, f"B-{i}") for i in range(3)]}, spark)
+
+
+def test_a_bad_file_is_proven_poison_as_one_set(spark, dirs, tmp_path):
+    """suspectsTogether (issue 55): region a gets a file of 10 malformed lines, then a file of 4 good ones. Once
+    bisection narrows the failure to a short range, each record is tried alone side by side, and the 10 that failed
+    alone in every epoch their suspect did are dead-lettered together, in one epoch, on one proof: each row with its
+    own error. The good lines, tried alone beside them as witnesses, are published once; b is untouched."""
+    inp, out, ck = dirs
+    dlq = tmp_path / "dead"
+    bad_lines = [f"a-bad-{i}" for i in range(10)]
+    good_lines = [f"a-good-{i}" for i in range(4)]
+    add_file(inp, "a", "001.txt", bad_lines)
+    add_file(inp, "a", "002.txt", good_lines)
+    add_file(inp, "b", "001.txt", ["b-0", "b-1", "b-2"])
+    df = regional_stream(spark, inp, ck)
+    query = bounded(df.select("region", "offset", poison_udf(set(bad_lines))("value").alias("value")), out, ck, dlq)
+    assert query.awaitTermination(240), "the bounded query did not end"
+    assert query.exception() is None, query.exception()
+    assert_exactly_once(out, {"a": [(10 + i, v.upper()) for i, v in enumerate(good_lines)],
+                              "b": [(i, f"B-{i}") for i in range(3)]}, spark)
+    letters = dead_letter_rows(dlq)
+    assert [(r["region"], r["offset"], r["value"]) for r in letters] == [("a", i, v) for i, v in enumerate(bad_lines)]
+    assert [r["error"].splitlines()[-1] for r in letters] == [f"ValueError: poison record {v}" for v in bad_lines]
+    sets = [(e.epoch, d.offset, d.count) for e in regional.status(ck, epochs=1000).epochs
+            for d in e.dead_lettered.values()]
+    assert [(o, n) for _e, o, n in sets] == [(0, 10)], sets

@@ -74,6 +74,7 @@ class BoundedRun:
     dead: dict[str, list[int]] = field(default_factory=dict)
     stopped: RegionalSuspectTimeoutError | None = None
     epochs: int = 0
+    letters: list[tuple[int, int, int]] = field(default_factory=list)  # (epoch, first offset, records) per dead letter
 
     def down(self, region: str, t: float) -> bool:
         return any(lo <= t < hi and region in scope for lo, hi, scope in self.windows)
@@ -136,7 +137,8 @@ class BoundedRun:
         for region, sl in self.record.committed.items():
             self.published[region] += [o for o in range(sl.start, sl.end) if o not in self.regions[region].absent]
         for region, letter in self.record.dead_lettered.items():
-            self.dead[region].append(letter.offset)
+            self.dead[region] += range(letter.offset, letter.offset + letter.count)
+            self.letters.append((epoch, letter.offset, letter.count))
         self.now += self.record.backoff_s
         return plan
 
@@ -149,10 +151,11 @@ class BoundedRun:
 
 def run(regions: dict[str, Region], windows=(), retries: int = 0, backoff: float = 0.0, timeout: float = 600.0,
         dead_letter_on_timeout: bool = False, cache: bool = False, outage_on: tuple[str, ...] = (),
-        epochs: int = 3000) -> BoundedRun:
+        epochs: int = 3000, together: int = 1, dead_letter_on: tuple[str, ...] = ()) -> BoundedRun:
     s = Settings(dead_letter_path="/dead", region_attempts=ATTEMPTS, max_failure_ratio=1.0,
                  dead_letter_retries=retries, dead_letter_retry_backoff_s=backoff, max_dead_letters_per_epoch=100,
-                 outage_on=outage_on, suspect_timeout_s=timeout, dead_letter_on_timeout=dead_letter_on_timeout)
+                 outage_on=outage_on, suspect_timeout_s=timeout, dead_letter_on_timeout=dead_letter_on_timeout,
+                 suspects_together=together, dead_letter_on=dead_letter_on)
     r = BoundedRun(regions, [(lo, lo + n, frozenset(scope)) for lo, n, scope in windows], s, cache,
                    published={k: [] for k in regions}, dead={k: [] for k in regions})
     for epoch in range(epochs):
@@ -173,41 +176,50 @@ def check_exactly_once(r: BoundedRun) -> None:
 # -- The issue's situations ---------------------------------------------------------------------------------------
 
 
-def test_a_bad_file_at_a_regions_start_is_proven_by_the_good_file_after_it():
+TOGETHER = pytest.mark.parametrize("together", [1, 16])  # one suspect at a time, and sets (suspectsTogether)
+
+
+@TOGETHER
+def test_a_bad_file_at_a_regions_start_is_proven_by_the_good_file_after_it(together):
     """Situation 1: 10 malformed lines then 10 good ones. Before, the first line waited for ever ("records beside it
     failed too"); the good lines at the region's end now testify, and all 10 are dead-lettered by proof."""
-    r = run({"a": Region(20, frozenset(range(10)))})
+    r = run({"a": Region(20, frozenset(range(10)))}, together=together)
     assert r.done and r.dead["a"] == list(range(10)) and r.published["a"] == list(range(10, 20))
     check_exactly_once(r)
 
 
+@TOGETHER
 @pytest.mark.parametrize("length", [1, 8, 9, 17, 100])
 @pytest.mark.parametrize("where", ["start", "middle", "end"])
-def test_bursts_of_poison_anywhere_are_proven_without_the_policy(length, where):
+def test_bursts_of_poison_anywhere_are_proven_without_the_policy(length, where, together):
     """Bursts of 1, 8, 9, 17 and 100 poison records at a region's start, middle and end, among 150 records: each is
     dead-lettered by proof (witnesses before it, after it, or at the region's end), never by the timeout's policy."""
     first = {"start": 0, "middle": (150 - length) // 2, "end": 150 - length}[where]
-    r = run({"a": Region(150, frozenset(range(first, first + length))), "b": Region(5)}, timeout=1e9)
+    r = run({"a": Region(150, frozenset(range(first, first + length))), "b": Region(5)}, timeout=1e9,
+            together=together)
     assert r.done, r.record.regions["a"] if r.record else None
     assert r.dead["a"] == list(range(first, first + length))
     check_exactly_once(r)
 
 
-def test_a_filter_before_the_udf_hides_no_witness_for_long():
+@TOGETHER
+def test_a_filter_before_the_udf_hides_no_witness_for_long(together):
     """Situation 2: only `order` events reach the parser, 10 to 20 offsets apart, one malformed: its nearest
     neighbours pass and write no row; ranges further along hold orders that do."""
     orders = [0, 13, 25, 41, 52, 70, 84, 97, 111, 128, 140]
     bad = 52
-    r = run({"a": Region(150, frozenset({bad}), frozenset(set(range(150)) - set(orders)))}, timeout=1e9)
+    r = run({"a": Region(150, frozenset({bad}), frozenset(set(range(150)) - set(orders)))}, timeout=1e9,
+            together=together)
     assert r.done and r.dead["a"] == [bad]
     assert r.published["a"] == [o for o in range(150) if o != bad]  # filtered records count as done, as Spark's
     check_exactly_once(r)
 
 
-def test_offsets_that_hold_no_record_are_no_obstacle():
+@TOGETHER
+def test_offsets_that_hold_no_record_are_no_obstacle(together):
     """Kafka's compacted or transactional topics: the offsets beside the suspect hold no record at all."""
     absent = frozenset(o for o in range(200) if o % 7 or o == 0) - {60, 63}
-    r = run({"a": Region(200, frozenset({63}), absent=absent)}, timeout=1e9)
+    r = run({"a": Region(200, frozenset({63}), absent=absent)}, timeout=1e9, together=together)
     assert r.done and r.dead["a"] == [63]
     check_exactly_once(r)
 
@@ -225,10 +237,12 @@ def test_a_region_of_nothing_but_poison_stops_the_query_at_the_bound_with_what_t
     assert 600 <= r.now <= 600 + 60, r.now  # within the bound, plus a retry and an epoch
 
 
-def test_the_deadletter_policy_drains_a_region_of_nothing_but_poison_within_one_bound():
+@TOGETHER
+def test_the_deadletter_policy_drains_a_region_of_nothing_but_poison_within_one_bound(together):
     """onSuspectTimeout=deadLetter: the first record at the bound, the rest of the burst without a new bound each
     (the region's clock runs from its first suspect while it only dead-letters by the policy)."""
-    r = run({"a": Region(10, frozenset(range(10))), "b": Region(5)}, timeout=300.0, dead_letter_on_timeout=True)
+    r = run({"a": Region(10, frozenset(range(10))), "b": Region(5)}, timeout=300.0, dead_letter_on_timeout=True,
+            together=together)
     assert r.done and r.dead["a"] == list(range(10)) and r.stopped is None
     assert r.now < 300 + 200, r.now
     reasons = [d.error for e in [r.record] for d in e.dead_lettered.values()]
@@ -270,15 +284,16 @@ windows = st.lists(st.tuples(st.floats(0, 300), st.floats(0.05, 200), st.sampled
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(inputs(), windows, st.sampled_from([0, 1]), st.booleans())
-def test_every_run_ends_and_no_healthy_record_is_dead_lettered(regions, spans, retries, dead_letter_at_bound):
+@given(inputs(), windows, st.sampled_from([0, 1]), st.booleans(), st.sampled_from([1, 4, 16]))
+def test_every_run_ends_and_no_healthy_record_is_dead_lettered(regions, spans, retries, dead_letter_at_bound,
+                                                              together):
     """Liveness: every run ends within the bound, done or stopped by onSuspectTimeout=fail's error, with bursts,
     filters, empty offsets and regions of nothing but poison. Safety: a healthy record is dead-lettered only by the
     deadLetter policy, and only in a region down for longer than the bound; never by proof under these outages (one
     or two windows: fewer than it takes to fool deadLetterRetries=1)."""
     timeout = 400.0
     r = run(regions, spans, retries=retries, backoff=5.0, timeout=timeout,
-            dead_letter_on_timeout=dead_letter_at_bound)
+            dead_letter_on_timeout=dead_letter_at_bound, together=together)
     assert r.done or r.stopped is not None, "the run neither ended nor stopped"
     if r.stopped is not None:
         assert not dead_letter_at_bound
@@ -297,13 +312,13 @@ def test_every_run_ends_and_no_healthy_record_is_dead_lettered(regions, spans, r
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(inputs(), st.lists(st.tuples(st.floats(0, 300), st.floats(0.05, 400), st.sampled_from(
-    [("a", "b", "c"), ("a",)])), max_size=6))
-def test_with_a_response_cache_outage_on_keeps_every_healthy_record(regions, spans):
+    [("a", "b", "c"), ("a",)])), max_size=6), st.sampled_from([1, 16]))
+def test_with_a_response_cache_outage_on_keeps_every_healthy_record(regions, spans, together):
     """Situation 5: a client that answers published records from its cache makes them pass during an outage, so
     they are false witnesses: the evidence rule alone can be fooled (docs/outages.md, "Blind spots"). Naming the
     client's exception in outageOn (what the docs tell such users to set) dead-letters no healthy record, whatever
     the outages, and every run still ends."""
-    r = run(regions, spans, retries=0, timeout=900.0, cache=True, outage_on=("ConnectionError",))
+    r = run(regions, spans, retries=0, timeout=900.0, cache=True, outage_on=("ConnectionError",), together=together)
     assert r.done or r.stopped is not None
     for name, data in regions.items():
         assert not [o for o in r.dead[name] if o not in data.poison], (name, r.dead[name], r.windows)
@@ -351,3 +366,53 @@ def test_a_lone_regions_outage_of_hours_never_overflows_the_backoff():
     r = run({"a": Region(3)}, windows=[(0.0, 1e6, ("a",))], outage_on=("ConnectionError",), epochs=1100)
     assert r.record is not None and r.record.outage_epochs > 1025 and r.record.backoff_s == 10.0
     assert r.dead["a"] == [] and r.published["a"] == []
+
+
+# -- Sets: a burst proven in about the time of one suspect (suspectsTogether) ---------------------------------------
+
+
+def shipped(regions: dict[str, Region], together: int, **kw) -> BoundedRun:
+    """A run with the shipped retries (4 tries after the first, a minute apart) and no bound in the way."""
+    return run(regions, retries=4, backoff=60.0, timeout=1e9, together=together, **kw)
+
+
+def test_a_burst_is_proven_as_one_set_in_about_the_time_of_one_suspect():
+    """16 malformed lines in a row among 200: one at a time, each needs its own five tries a minute apart (about 16
+    times one record's time); as one set, the 16 are dead-lettered together, in one epoch, in about one record's time.
+    The good lines after them are published once, never dead-lettered."""
+    one = shipped({"a": Region(200, frozenset({100})), "b": Region(5)}, together=16)
+    burst = {"a": Region(200, frozenset(range(100, 116))), "b": Region(5)}
+    apart, together = shipped(burst, together=1), shipped(burst, together=16)
+    for r in (one, apart, together):
+        assert r.done
+        check_exactly_once(r)
+    assert together.dead["a"] == apart.dead["a"] == list(range(100, 116))
+    assert [n for _e, _o, n in together.letters] == [16] and [n for _e, _o, n in apart.letters] == [1] * 16
+    assert together.now < 1.5 * one.now < apart.now / 8, (one.now, together.now, apart.now)
+
+
+def test_a_long_burst_goes_in_sets_of_at_most_suspects_together():
+    """100 bad lines in a row: sets of at most 16, each proven once; every good line published once."""
+    r = shipped({"a": Region(300, frozenset(range(50, 150))), "b": Region(5)}, together=16)
+    assert r.done and r.dead["a"] == list(range(50, 150))
+    assert all(n <= 16 for _e, _o, n in r.letters) and len(r.letters) <= 100 // 16 + 3, r.letters
+    check_exactly_once(r)
+
+
+def test_an_outage_during_the_first_failure_alone_leaves_the_healthy_members_out():
+    """The set forms while the region's service is down: the suspect (poison) and the 15 healthy records after it all
+    fail alone. The outage ends, the healthy ones pass alone beside the suspect: the set shrinks to the suspect, which
+    alone is dead-lettered (a member must fail alone in every epoch its suspect does)."""
+    r = run({"a": Region(40, frozenset({0}))}, windows=[(0.0, 30.0, ("a",))], retries=0, timeout=1e9, together=16)
+    assert r.done and r.dead["a"] == [0] and r.published["a"] == list(range(1, 40))
+    check_exactly_once(r)
+
+
+def test_dead_letter_on_sends_a_burst_whose_every_record_names_the_class_at_once():
+    """deadLetterOn: the suspect and every member after it that failed with a named class go at their first failure
+    alone, as one set; the good lines after them are published."""
+    r = run({"a": Region(30, frozenset(range(10))), "b": Region(5)}, retries=4, backoff=60.0, timeout=1e9,
+            together=16, dead_letter_on=("ValueError",))
+    assert r.done and r.dead["a"] == list(range(10)) and [n for _e, _o, n in r.letters] == [10]
+    assert r.now < 60, r.now  # no retry waited on
+    check_exactly_once(r)

@@ -7,8 +7,10 @@ from regional.protocol.settings import Settings, given_settings, parse_duration,
 def test_defaults_then_conf_then_either_side():
     # the dataclass holds 0 retries, as plans written before them; users get 4, a minute apart (issue 45)
     # and every suspect is resolved within 30 minutes, the query failing on one unproven then (issue 55)
+    # and a burst of up to 16 poison records is proven as one set (issue 55)
     assert resolve_settings({}, {}, {}) == Settings(dead_letter_retries=4, dead_letter_retry_backoff_s=60.0,
-                                                    suspect_timeout_s=1800.0, dead_letter_on_timeout=False)
+                                                    suspect_timeout_s=1800.0, dead_letter_on_timeout=False,
+                                                    suspects_together=16)
     conf = {"spark.regional.regionAttempts": "3", "spark.regional.maxFailureRatio": "0.25", "spark.other": "x"}
     s = resolve_settings(conf, {"regionattempts": "4"}, {"RETAINEPOCHS": "7", "regionTimeout": "1.5s"})
     assert (s.region_attempts, s.max_failure_ratio, s.retain_epochs, s.region_timeout_s) == (4, 0.25, 7, 1.5)

@@ -43,12 +43,13 @@ from regional.errors import (
     RegionalStoreError,
 )
 from regional.protocol.decide import (
-    UPSTREAM,
+    UNKNOWN_CAUSE,
     RegionOutcome,
     TaskOutcome,
     decide,
     outcomes_all_or_nothing,
     outcomes_from_tasks,
+    upstream_partitions,
     with_failure_causes,
 )
 from regional.protocol.plan import EpochPlan
@@ -150,7 +151,7 @@ def decided_intent(plan: EpochPlan, tasks: Sequence[TaskOutcome | None], store: 
                    staged_now: dict[str, Any], mixed: bool, dead_letter_sink: DeadLetterSink) -> Intent:
     """Step 4: the decision, the dead letters staged, and what to publish and discard, as one intent."""
     outcomes = outcomes_all_or_nothing(plan, tasks) if mixed else outcomes_from_tasks(plan, tasks)
-    upstream = [i for i, rr in enumerate(plan.regions) if outcomes[rr.region].status in UPSTREAM]
+    upstream = upstream_partitions(plan, outcomes)
     if upstream:  # the shim, when loaded, records why attempts failed
         shim = store.read_query_plan() is not None
         outcomes = with_failure_causes(plan, outcomes, wait_for_failures(store, plan.epoch, upstream) if shim else {})
@@ -179,8 +180,16 @@ def stage_dead_letters(record: EpochRecord, outcomes: dict[str, RegionOutcome], 
     sink.sweep(record.epoch)
     handles = {}
     for region, letter in sorted(record.dead_lettered.items()):
-        rows = dead_letter_rows(outcomes[region].dead_letter or b"", region, letter.offset, record.epoch,
-                                letter.error)
+        outcome = outcomes[region]
+        # A set proven together (suspectsTogether): the suspect, then its members, each with its own error.
+        letters = [(letter.offset, outcome.dead_letter, letter.error)] + [
+            (m.offset, m.dead_letter, letter.member_error(m.reason or UNKNOWN_CAUSE))
+            for m in outcome.members[:letter.count - 1]]
+        if [o for o, _d, _e in letters] != list(range(letter.offset, letter.offset + letter.count)):
+            raise RegionalPlanError(f"epoch {record.epoch}: region {region!r} dead-letters offsets "
+                                    f"[{letter.offset}, {letter.offset + letter.count}) but its tasks read others")
+        rows = pa.concat_tables([dead_letter_rows(payload or b"", region, offset, record.epoch, error)
+                                 for offset, payload, error in letters])
         handles[region] = sink.prepare(record.epoch, region, iter(rows.to_batches()))
     return handles
 

@@ -64,7 +64,9 @@ def render(st: QueryStatus, epochs: bool = True) -> str:
             lines.extend(f"      {r}: {f.reason}" for r, f in sorted(e.fallen_back.items()))
             lines.extend(f"      {r}: offsets [{a}, {b}) were gone from the source (failOnDataLoss=false)"
                          for r, (a, b) in sorted(e.lost.items()))
-            lines.extend(f"      {r}: offset {d.offset} dead-lettered: {d.error}"
+            lines.extend(f"      {r}: offset {d.offset} dead-lettered: {d.error}" if d.count == 1 else
+                         f"      {r}: offsets {d.offset} to {d.offset + d.count - 1} dead-lettered, proven poison "
+                         f"together (suspectsTogether); the first: {d.error}"
                          for r, d in sorted(e.dead_lettered.items()))
     return "\n".join(lines)
 

@@ -191,7 +191,7 @@ class DeadLetterInput(RegionInput[DeadLetterSplit], StoredInput, AcknowledgingIn
         its tasks read, at the version they read."""
         self._committed = {r: s.committed_offset for r, s in record.regions.items()}
         published = sorted((r, s.start, s.end) for r, s in record.committed.items())
-        dead = sorted((r, d.offset, d.offset + 1) for r, d in record.dead_lettered.items())
+        dead = sorted((r, d.offset, d.offset + d.count) for r, d in record.dead_lettered.items())
         if not (published or dead):
             return
         version = self._load_versions().get(record.epoch)

@@ -18,7 +18,7 @@ Pure: plain functions over the store's model; no Spark, no I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
@@ -97,6 +97,19 @@ class RegionOutcome(NamedTuple):
     # DEAD_LETTERED by onSuspectTimeout=deadLetter, unproven: when its region's suspect first failed alone (kept: the
     # next record of a burst without witness is not given a whole new bound)
     timed_out_since: float | None = None
+    members: tuple[Member, ...] = ()  # the records tried alone beside its isolated record (suspectsTogether)
+    together: int = 1  # DEAD_LETTERED: records [start, start + together) go to the dead letters, proven as one set
+    note: str | None = None  # DEAD_LETTERED: why its set went, added to each member's own error (``DeadLetter.note``)
+
+
+class Member(NamedTuple):
+    """One record tried alone beside a region's suspect (``suspectsTogether``), as its task reported it."""
+
+    offset: int
+    status: Outcome  # DEAD_LETTERED: it failed alone on every attempt, and its quarantined attempt read it
+    dead_letter: bytes | None = None
+    reason: str | None = None
+    verdict: Verdict | None = None
 
 
 def outcomes_from_tasks(plan: EpochPlan, tasks: Sequence[TaskOutcome | None]) -> dict[str, RegionOutcome]:
@@ -116,15 +129,32 @@ def outcomes_from_tasks(plan: EpochPlan, tasks: Sequence[TaskOutcome | None]) ->
     for i, (rr, task) in enumerate(zip(plan.regions, tasks, strict=False)):
         outcomes[rr.region] = _checked(plan, i, rr, task)
     suspects = {rr.region: rr.start for rr in plan.regions if rr.isolated} if plan.probes else {}
+    members: dict[str, list[Member]] = {}
     for i, rr in enumerate(plan.probes, start=len(plan.regions)):  # evidence for its region's isolated record
         probe = _checked(plan, i, rr, tasks[i])
+        if rr.isolated:
+            members.setdefault(rr.region, []).append(Member(rr.start, probe.status, probe.dead_letter, probe.reason))
         if probe.status is Outcome.WRITTEN and probe.rows > 0:
             outcomes[rr.region] = outcomes[rr.region]._replace(neighbours_passed=True)
         elif probe.status in (Outcome.QUARANTINED, Outcome.FAILED) and rr.end <= suspects[rr.region]:
             outcomes[rr.region] = outcomes[rr.region]._replace(published_failed=True)
         elif probe.status is Outcome.QUARANTINED and rr.start == suspects[rr.region] + 1:
             outcomes[rr.region] = outcomes[rr.region]._replace(failed_after_to=rr.end)
+    for region, tried in members.items():
+        outcomes[region] = outcomes[region]._replace(members=tuple(sorted(tried)))
     return outcomes
+
+
+def upstream_partitions(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome]) -> list[int]:
+    """The Spark partitions whose attempts failed upstream of the sink: quarantined regions, and the members
+    (``suspectsTogether``) that failed alone. Their failure records say why (``with_failure_causes``)."""
+    found = [i for i, rr in enumerate(plan.regions) if outcomes[rr.region].status in UPSTREAM]
+    for i, rr in enumerate(plan.probes, start=len(plan.regions)):
+        outcome = outcomes.get(rr.region)
+        if rr.isolated and outcome is not None and any(
+                m.offset == rr.start and m.status is Outcome.DEAD_LETTERED for m in outcome.members):
+            found.append(i)
+    return found
 
 
 def _checked(plan: EpochPlan, i: int, rr: RegionRange, task: TaskOutcome | None) -> RegionOutcome:
@@ -197,8 +227,13 @@ def with_failure_causes(plan: EpochPlan, outcomes: dict[str, RegionOutcome],
     (partition i is the plan's region i): for a poisoned UDF, the UDF's exception. A dead-lettered
     record's reason is its ``error``: the exception's class and message."""
     named = dict(outcomes)
+    at = {(rr.region, rr.start): i for i, rr in enumerate(plan.probes, start=len(plan.regions)) if rr.isolated}
+    for region, tried in outcomes.items():
+        if tried.members:
+            named[region] = tried._replace(members=tuple(
+                _member_cause(plan.settings, m, failures.get(at[region, m.offset], ())) for m in tried.members))
     for i, rr in enumerate(plan.regions):
-        outcome, seen = outcomes.get(rr.region), failures.get(i)
+        outcome, seen = named.get(rr.region), failures.get(i)
         if outcome is None or outcome.status not in UPSTREAM:
             continue
         if outcome.status is Outcome.DEAD_LETTERED:
@@ -212,6 +247,13 @@ def with_failure_causes(plan: EpochPlan, outcomes: dict[str, RegionOutcome],
             f"quarantined after {len(seen)} failed attempt(s); attempt {last.attempt} on executor "
             f"{last.executor}: {last.message}"))
     return named
+
+
+def _member_cause(settings: Settings, member: Member, seen: Sequence[TaskFailure]) -> Member:
+    """A member that failed alone, with its own error and verdict (as its suspect's: ``with_failure_causes``)."""
+    if member.status is not Outcome.DEAD_LETTERED:
+        return member
+    return member._replace(reason=error_of(seen[-1]) if seen else UNKNOWN_CAUSE, verdict=verdict_of(settings, seen))
 
 
 def error_of(failure: TaskFailure) -> str:
@@ -416,20 +458,24 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
             if rr.region in evidence:  # kept even if the epoch aborts: what was seen of the record was seen
                 regions[rr.region] = evidence[rr.region].applied(regions[rr.region])
         elif outcome.status is Outcome.DEAD_LETTERED:
-            dead_lettered[rr.region] = DeadLetter(rr.start, outcome.reason or UNKNOWN_CAUSE)
+            end = rr.start + outcome.together  # a set proven together (suspectsTogether) goes as one
+            dead_lettered[rr.region] = DeadLetter(rr.start, outcome.reason or UNKNOWN_CAUSE, outcome.together,
+                                                  outcome.note if outcome.together > 1 else None)
             # RegionState(...) rather than ._replace: this runs once per region with work, and a copy with
             # changes costs several times more (10,000 regions: tens of ms of the driver's epoch).
-            burst = None if outcome.failed_after_to is None else (outcome.end, outcome.failed_after_to)
-            regions[rr.region] = RegionState(outcome.end, plan.epoch, isolating=burst,
-                                             dead_letters=state.dead_letters + (rr.end - rr.start),
+            burst = failed_beyond(end, outcome)
+            regions[rr.region] = RegionState(end, plan.epoch, isolating=burst,
+                                             dead_letters=state.dead_letters + outcome.together,
                                              timed_range=state.timed_range if timeout else None,
-                                             poison=recent_poison((*state.poison, rr.start), outcome.end),
+                                             poison=recent_poison((*state.poison, *range(rr.start, end)), end),
                                              # the clock goes on only into the burst that failed beside it now: a
                                              # record that fails later (a short outage, hours on) gets its own bound
                                              suspect_since_at=None if burst is None else outcome.timed_out_since)
         else:
             committed[rr.region] = Slice(rr.start, outcome.end, outcome.rows, cut=outcome.end < rr.end)
             regions[rr.region] = wrote(plan.epoch, rr, state, outcome, timeout, slow)
+            if outcome.members:  # its suspect passed alone: the members that failed alone are what to isolate
+                regions[rr.region] = regions[rr.region]._replace(isolating=failed_beyond(outcome.end, outcome))
     planned = {rr.region for rr in plan.regions}
     for region, (_gone_from, go_on) in plan.lost.items():  # lost records are gone, work or not
         if region not in planned:
@@ -477,11 +523,13 @@ class Evidence(NamedTuple):
     alone_waits: int
     progress: bool  # a try, or records beside it passed now: isolation's progress, not a failure of the region
     since_at: float | None = None  # when it first failed alone: suspectTimeout runs from here (None: no bound runs)
+    together_to: int | None = None  # the end of the set weighed with it (``RegionState.together_to``)
 
     def applied(self, state: RegionState) -> RegionState:
         return state._replace(failed_alone=self.failed_alone, failed_alone_at=self.failed_alone_at,
                               alone_since=self.alone_since, probe_passed=self.probe_passed,
-                              alone_waits=self.alone_waits, suspect_since_at=self.since_at)
+                              alone_waits=self.alone_waits, suspect_since_at=self.since_at,
+                              together_to=self.together_to)
 
 
 def own_evidence(state: RegionState | None, rr: RegionRange) -> RegionState:
@@ -494,10 +542,11 @@ def own_evidence(state: RegionState | None, rr: RegionRange) -> RegionState:
 
 def forget_evidence(state: RegionState) -> RegionState:
     if not (state.failed_alone or state.failed_alone_at is not None or state.alone_since is not None
-            or state.probe_passed is not None or state.alone_waits or state.suspect_since_at is not None):
+            or state.probe_passed is not None or state.alone_waits or state.suspect_since_at is not None
+            or state.together_to is not None):
         return state
     return state._replace(failed_alone=0, failed_alone_at=None, alone_since=None, probe_passed=None, alone_waits=0,
-                          suspect_since_at=None)
+                          suspect_since_at=None, together_to=None)
 
 
 def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapping[str, RegionState],
@@ -516,20 +565,28 @@ def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapp
         passed = plan.epoch if passed_now else state.probe_passed
         if outcome.status is not Outcome.DEAD_LETTERED:  # no account of the record (its sink failed, or missing)
             evidence[rr.region] = Evidence(state.failed_alone, state.failed_alone_at, state.alone_since, passed,
-                                           state.alone_waits, False, state.suspect_since_at)
+                                           state.alone_waits, False, state.suspect_since_at, state.together_to)
             continue
         cause = outcome.reason or UNKNOWN_CAUSE
+        together_to = set_end(rr.start, state, outcome.members)
         if outcome.verdict is not None and outcome.verdict.poison:
             if not outcome.verdict.by_target or passed_now:
-                continue  # the record's fault by its exception's class: dead-lettered on this first failure alone
+                # The record's fault by its exception's class: dead-lettered on this first failure alone, with the
+                # members after it that failed alone by a class that says so too.
+                count = 1 + failing_prefix(rr.start, outcome.members, poison_verdict(passed_now))
+                checked[rr.region] = outcome._replace(together=count)
+                continue
             # The target refused it, but nothing beside it passed the target now: every row may be refused alike (a
             # column the query leaves out, a rule changed by DDL). The evidence rule decides, so nothing drains.
             cause += ("; the target's verdict needs records of its region beside it to pass the target in the same "
                       "epoch, and none did: the evidence rule decides")
+        if together_to is not None and together_to > rr.start + 1:
+            cause += (f"; weighed with {offsets(rr.start + 1, together_to)}, which failed alone beside it in every "
+                      "epoch it did (suspectsTogether): they go to the dead letters with it, or not at all")
         if outcome.verdict is not None and not outcome.verdict.poison:  # an outage by its class: never dead-lettered
             waits = state.alone_waits + 1
             # As a failure alone that is no try: records beside it passing now is the region's progress.
-            evidence[rr.region] = Evidence(state.failed_alone, now, None, passed, waits, passed_now, None)
+            evidence[rr.region] = Evidence(state.failed_alone, now, None, passed, waits, passed_now, None, together_to)
             checked[rr.region] = outcome._replace(status=Outcome.QUARANTINED, dead_letter=None, reason=(
                 f"offset {rr.start} failed alone on every attempt with {outcome.verdict.why}: an outage, never "
                 f"dead-lettered; tried again after {utc(now + suspect_backoff(waits))} ({cause})"))
@@ -543,10 +600,11 @@ def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapp
         timed_out = bound is not None and now >= since_at + bound
         if sandwich:
             tries = state.failed_alone + 1
-            if tries > retries:
-                continue  # its last try: dead-lettered
+            if tries > retries:  # its last try: dead-lettered, with the set that failed alone beside it each time
+                checked[rr.region] = outcome._replace(together=(together_to or rr.start + 1) - rr.start)
+                continue
             if not timed_out:
-                evidence[rr.region] = Evidence(tries, now, plan.epoch, passed, 0, True, since_at)
+                evidence[rr.region] = Evidence(tries, now, plan.epoch, passed, 0, True, since_at, together_to)
                 checked[rr.region] = outcome._replace(status=Outcome.QUARANTINED, dead_letter=None, reason=(
                     f"offset {rr.start} failed alone {tries} of {retries + 1} times, each after records of its "
                     f"region beside it passed (deadLetterRetries={retries}); retried after {utc(now + backoff)} "
@@ -561,11 +619,14 @@ def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapp
             unproven = (f"offset {rr.start} was not proven poison within suspectTimeout={bound:g}s of its first "
                         f"failure alone at {utc(since_at)}: {lacked}")
             if plan.settings.dead_letter_on_timeout and not outcome.published_failed:
-                checked[rr.region] = outcome._replace(timed_out_since=since_at, reason=(
-                    f"{cause}; dead-lettered by onSuspectTimeout=deadLetter: {unproven}"))
+                count = (together_to or rr.start + 1) - rr.start
+                policy = f"dead-lettered by onSuspectTimeout=deadLetter: {unproven}"
+                # its set goes unproven too, and each of its dead letters says so (``DeadLetter.note``)
+                checked[rr.region] = outcome._replace(timed_out_since=since_at, together=count,
+                                                      reason=f"{cause}; {policy}", note=policy)
                 continue
             evidence[rr.region] = Evidence(state.failed_alone, now, plan.epoch if since is None else since, passed,
-                                           waits, False, since_at)
+                                           waits, False, since_at, together_to)
             then = ("records its region already published fail now too (an outage, or a changed query): "
                     "onSuspectTimeout=deadLetter never dead-letters on that; tried again after "
                     f"{utc(now + suspect_backoff(waits))}" if plan.settings.dead_letter_on_timeout
@@ -574,11 +635,47 @@ def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapp
                 f"{unproven}; {then} ({cause})"))
             continue
         evidence[rr.region] = Evidence(state.failed_alone, now, plan.epoch if since is None else since, passed,
-                                       waits, passed_now, since_at)
+                                       waits, passed_now, since_at, together_to)
         looks = "" if why is NO_SANDWICH else "; looks like an outage, not poison, so far"
         checked[rr.region] = outcome._replace(status=Outcome.QUARANTINED, dead_letter=None, reason=(
             f"offset {rr.start} {why}{looks}; tried again after {utc(now + suspect_backoff(waits))} ({cause})"))
     return checked, evidence
+
+
+def offsets(start: int, end: int) -> str:
+    """``[start, end)`` for a reason: ``offset 4`` or ``offsets 4 to 9``."""
+    return f"offset {start}" if end == start + 1 else f"offsets {start} to {end - 1}"
+
+
+def set_end(suspect: int, state: RegionState, members: Sequence[Member]) -> int | None:
+    """The end of the set weighed with the suspect at ``suspect`` after this epoch, in which it failed alone: its
+    members that failed alone now (none by a class that means an outage), in a row from the record after it, and
+    only those that did so in every earlier epoch it failed alone (``state.together_to``). A set forms at the
+    suspect's first failure alone only; afterwards it can only shrink, so each record in it failed alone in every
+    epoch its suspect did, beside the same witnesses: one proof serves them all. None: no set (none tried)."""
+    if not members and state.together_to is None:
+        return None
+    now = suspect + 1 + failing_prefix(suspect, members, lambda v: v is None or v.poison)
+    if state.together_to is not None:
+        return min(state.together_to, now)
+    return now if state.failed_alone_at is None else suspect + 1
+
+
+def poison_verdict(witnessed: bool) -> Callable[[Verdict | None], bool]:
+    """Whether a verdict dead-letters a record at once: the record's fault by its class (a target's verdict only
+    while records beside it passed the target in the same epoch, ``witnessed``)."""
+    return lambda v: v is not None and v.poison and (not v.by_target or witnessed)
+
+
+def failing_prefix(suspect: int, members: Sequence[Member], accepts: Callable[[Verdict | None], bool]) -> int:
+    """How many members, in a row from the record after ``suspect``, failed alone with a verdict ``accepts``."""
+    count = 0
+    for m in members:
+        if m.offset != suspect + 1 + count or m.status is not Outcome.DEAD_LETTERED or not m.dead_letter \
+                or not accepts(m.verdict):
+            break
+        count += 1
+    return count
 
 
 UNPROVEN_ADVICE = ("if it is bad input, name its exception class in deadLetterOn, or set onSuspectTimeout=deadLetter; "
@@ -649,6 +746,20 @@ def epoch_kind(plan: EpochPlan, failed: Mapping[str, RegionOutcome], narrowing: 
     return EpochKind.REGIONAL, None
 
 
+def failed_beyond(end: int, outcome: RegionOutcome) -> tuple[int, int] | None:
+    """Where its region isolates next once ``[.., end)`` is done: the members past ``end`` that failed alone now
+    (from the first to the last: a set forms there), or the range after its suspect whose probe failed now (poison
+    comes in bursts); else None, and the region reads as usual."""
+    failing = [m.offset for m in outcome.members if m.offset >= end and m.status is Outcome.DEAD_LETTERED]
+    if failing:
+        return failing[0], failing[-1] + 1
+    if outcome.members and outcome.members[-1].offset < end:  # every record tried went: the burst may go on
+        return end, end + 1
+    if outcome.failed_after_to is not None and outcome.failed_after_to > end:
+        return end, outcome.failed_after_to
+    return None
+
+
 def wrote(epoch: int, rr: RegionRange, state: RegionState, outcome: RegionOutcome, timeout: float | None,
           slow: float | None) -> RegionState:
     """A region's state after it committed ``[rr.start, outcome.end)`` in ``epoch``."""
@@ -679,7 +790,7 @@ def fell_back(rr: RegionRange, state: RegionState, own: RegionOutcome | None, na
         (rr.start, rr.end) if narrowed else state.isolating, state.dead_letters,
         state.timed_range if timeout else None, kept.failed_alone, kept.failed_alone_at, kept.alone_since,
         kept.probe_passed, kept.alone_waits, recent_poison(state.poison, rr.start) if state.poison else (),
-        state.first_seen_epoch, state.first_seen_at, kept.suspect_since_at)
+        state.first_seen_epoch, state.first_seen_at, kept.suspect_since_at, kept.together_to)
     ref = after.ref_epoch
     return after, FallBack(-1 if ref is None else ref, why, quarantined)
 

@@ -35,7 +35,9 @@ class RegionRange(NamedTuple):
     ref_epoch: int | None  # the epoch whose offset it still uses when it fell back; None when current
     isolated: bool = False  # one suspect record alone: if it fails on every attempt, it is dead-lettered
     # Neighbours of an isolated record, read in the same epoch to show that records beside it pass now (poison
-    # needs evidence): one of the plan's ``probes``, never committed, whatever happens.
+    # needs evidence): one of the plan's ``probes``, never committed, whatever happens. A probe that is also
+    # ``isolated`` is a *member*: one record after the suspect, tried alone beside it (``suspectsTogether``), read
+    # for the dead letters by its quarantined attempt, and dead-lettered with the suspect on its proof.
     probe: bool = False
 
 
@@ -73,7 +75,7 @@ class EpochPlan:
             "settings": self.settings.to_json(),
             "regions": [[r.region, r.start, r.end, r.ref_epoch, r.isolated] for r in self.regions],
             "lost": {r: list(span) for r, span in self.lost.items()},
-            "probes": [[r.region, r.start, r.end] for r in self.probes],
+            "probes": [[r.region, r.start, r.end] + ([True] if r.isolated else []) for r in self.probes],
             **({"acknowledge": dict(self.acknowledge)} if self.acknowledge else {}),
         }
 
@@ -95,8 +97,8 @@ class EpochPlan:
             regions = tuple(RegionRange(str(r), int(s), int(e), None if ref is None else int(ref),
                                         bool(isolated[0]) if isolated else False)
                             for r, s, e, ref, *isolated in offset["regions"])
-            probes = tuple(RegionRange(str(r), int(s), int(e), None, probe=True)
-                           for r, s, e in offset.get("probes", ()))
+            probes = tuple(RegionRange(str(r), int(s), int(e), None, bool(member[0]) if member else False, True)
+                           for r, s, e, *member in offset.get("probes", ()))
             force = offset["force_reason"]
             lost = {str(r): (int(a), int(b)) for r, (a, b) in offset.get("lost", {}).items()}
             acknowledge = {str(k): str(v) for k, v in offset.get("acknowledge", {}).items()}
@@ -166,6 +168,7 @@ def plan_epoch(
     timed = settings.enabled and settings.region_timeout_s is not None
     alone: set[str] = set()  # regions whose range is to be one suspect record
     probes: dict[str, list[tuple[int, int]]] = {}  # neighbours of isolated records, read beside them
+    together: dict[str, range] = {}  # the records tried alone beside an isolated record (its members)
     for region in sorted(set(states) | set(available)):
         state = states.get(region)
         start = state.committed_offset if state else first.get(region, log_starts.get(region, 0))
@@ -191,9 +194,24 @@ def plan_epoch(
         if due is not None and (force_reason is not None or (now is not None and now < due)):
             end = start  # waits for its retry: nothing past its record may go before it
         elif isolating and state is not None and state.isolating is not None and start < state.isolating[1]:
-            end = min(end, isolation_end(start, state.isolating))
-            if end == start + 1 == state.isolating[1]:
+            lo, hi = state.isolating
+            # suspectsTogether: a failed range this short is not halved further; its first record is tried alone as
+            # the suspect, and the next suspectsTogether - 1 records alone beside it (its members: a burst goes on
+            # past the range that failed), to be weighed together.
+            forms = state.together_to is None and 1 < settings.suspects_together \
+                and hi - start <= settings.suspects_together and start == state.committed_offset == lo
+            if start < lo:  # records before the failure found (they passed alone): read as usual, up to it
+                end = min(end, lo)
+            else:
+                end = min(end, start + 1 if forms else isolation_end(start, state.isolating))
+            if end == start + 1 and (forms or hi == start + 1):  # the suspect alone
                 alone.add(region)
+                # A formed set's members, and the record after them: it passed alone when the set formed (or the
+                # set would be longer), so it is the witness found then, tried again first like any probe that was.
+                members = range(start + 1, min(start + settings.suspects_together if forms
+                                               else (state.together_to or start) + 1, available.get(region, start)))
+                if members:
+                    together[region] = members
                 same = start == state.committed_offset  # else records were lost: its evidence is another record's
                 # Further afield only while no witness has passed since its last try (or its first failure alone,
                 # in that epoch too): the probes that found one are tried again first.
@@ -213,6 +231,8 @@ def plan_epoch(
                    for r, (s, e) in backlog.items() if e > s)
     probed = tuple(RegionRange(rr.region, s, e, None, probe=True)
                    for rr in ranges if rr.isolated for s, e in probes.get(rr.region, ()))
+    probed += tuple(RegionRange(rr.region, o, o + 1, None, isolated=True, probe=True)
+                    for rr in ranges if rr.isolated for o in together.get(rr.region, ()))
     return EpochPlan(query_id, epoch, store, ranges, settings, final, force_reason, lost, probed,
                      dict(acknowledge or {}))
 

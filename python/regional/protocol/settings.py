@@ -47,7 +47,12 @@ DEFAULTS: dict[str, str] = {
     # the hour an on-call person looks at a paged alert.
     "suspectTimeout": "30m",
     "onSuspectTimeout": "fail",
+    # Records a bisection's last step tries alone side by side, weighed as one set (issue 55): a burst of poison
+    # of this many records is proven in about the time of one. Each is a Spark task that fails and is retried
+    # (regionAttempts) in every epoch the set is tried; 16 such tasks cost a few seconds of an epoch on 2 cores.
+    "suspectsTogether": "16",
 }
+MAX_SUSPECTS_TOGETHER = 1024  # tasks per region in one epoch: more would crowd out every other region
 SETTING_KEYS = {k.lower(): k for k in DEFAULTS}  # lower-cased -> canonical spelling
 
 # The settings as the docs list them; each is also a ``spark.regional.<name>`` conf default, and may be given on
@@ -66,8 +71,8 @@ _MEANINGS = {
     "retainEpochs": "Epoch records kept, besides those a fallen-back region still references.",
     "deadLetterPath": "A Delta table for poison records, isolated to the record; empty: no isolation.",
     "deadLetterTopic": "A Kafka topic for poison records instead of a table (its producer: `deadLetter.kafka.*`).",
-    "maxDeadLettersPerEpoch": "The dead-letter brake: an epoch that would dead-letter more records fails the query "
-                              "with a clear error.",
+    "maxDeadLettersPerEpoch": "The dead-letter brake: an epoch that would dead-letter records of more regions fails "
+                              "the query with a clear error (a set proven together, `suspectsTogether`, is one).",
     "deadLetterRetries": "Tries, beyond the first, in which an isolated record must fail again before it is "
                          "dead-lettered. A try is a failure of the record alone after records of its own region "
                          "beside it passed, after an earlier failure alone: an outage cannot make one, a service "
@@ -92,6 +97,12 @@ _MEANINGS = {
                         "resumes where it stopped); `deadLetter` dead-letters it, unless records its region already "
                         "published fail now too (an outage, or a changed query: then it waits and is tried "
                         "again).",
+    "suspectsTogether": "How many records the last step of isolation tries alone side by side, each in its own "
+                        "Spark task, to be proven poison as one set: the records from the suspect on that failed "
+                        "alone in every epoch it did are dead-lettered with it, on its proof, and count once "
+                        "towards `maxDeadLettersPerEpoch`. A burst of poison this long costs the time of one "
+                        "suspect; each record tried is a task (and its retries) in every epoch the set is tried. "
+                        "`1`: one record at a time.",
 }
 SETTINGS_OPTIONS = OptionTable("regional's settings", [Option(k, v, _MEANINGS[k]) for k, v in DEFAULTS.items()])
 
@@ -121,6 +132,8 @@ class Settings:
     # The bound on a suspect (``weigh_evidence``): None in plans written before it (no bound, as then).
     suspect_timeout_s: float | None = None
     dead_letter_on_timeout: bool = False  # onSuspectTimeout=deadLetter; False: fail
+    # Records tried alone side by side and proven poison as one set (``plan.together``); 1 in plans written before it.
+    suspects_together: int = 1
 
     @property
     def isolates(self) -> bool:
@@ -150,6 +163,7 @@ class Settings:
             dead_letter_retry_backoff_s=backoff_s,
             suspect_timeout_s=suspect_timeout_s,
             dead_letter_on_timeout=dead_letter_on_timeout,
+            suspects_together=parse_int(opts, "suspectsTogether", minimum=1, maximum=MAX_SUSPECTS_TOGETHER),
             **parse_verdicts(opts),
         )
 
@@ -164,7 +178,7 @@ class Settings:
         # absent in plans written before them
         optional = {"dead_letter_path", "max_dead_letters_per_epoch", "dead_letter_topic", "dead_letter_retries",
                     "dead_letter_retry_backoff_s", "dead_letter_on", "outage_on", "suspect_timeout_s",
-                    "dead_letter_on_timeout"}
+                    "dead_letter_on_timeout", "suspects_together"}
         names = {f.name for f in fields(cls)} - optional
         missing = names - set(data)
         if missing:
@@ -180,7 +194,7 @@ class Settings:
                    tuple(str(n) for n in data.get("dead_letter_on") or ()),
                    tuple(str(n) for n in data.get("outage_on") or ()),
                    None if data.get("suspect_timeout_s") is None else float(data["suspect_timeout_s"]),
-                   bool(data.get("dead_letter_on_timeout", False)))
+                   bool(data.get("dead_letter_on_timeout", False)), int(data.get("suspects_together", 1)))
 
 
 def given_settings(options: Mapping[str, str]) -> dict[str, str]:
@@ -222,7 +236,8 @@ def parse_bool(opts: Mapping[str, str], key: str, default: str | None = None) ->
     raise RegionalConfigError(f"{key}={value!r} is not a boolean: use true or false")
 
 
-def parse_int(opts: Mapping[str, str], key: str, minimum: int, default: str | None = None) -> int:
+def parse_int(opts: Mapping[str, str], key: str, minimum: int, default: str | None = None,
+              maximum: int | None = None) -> int:
     value = _raw(opts, key, default)
     try:
         number = int(value)
@@ -230,6 +245,8 @@ def parse_int(opts: Mapping[str, str], key: str, minimum: int, default: str | No
         raise RegionalConfigError(f"{key}={value!r} is not a whole number") from None
     if number < minimum:
         raise RegionalConfigError(f"{key}={number} is too small: it must be at least {minimum}")
+    if maximum is not None and number > maximum:
+        raise RegionalConfigError(f"{key}={number} is too large: it must be at most {maximum}")
     return number
 
 

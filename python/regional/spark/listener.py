@@ -114,8 +114,9 @@ class RegionalListener(StreamingQueryListener):
                 f"oldest ref_epoch {record.oldest_ref_epoch}")
         (log.warning if record.fallen_back else log.info)(line)
         for region, letter in sorted(record.dead_lettered.items()):
-            log.warning("regional: query %s epoch %d: region %r offset %d dead-lettered to %s: %s",
-                        progress.name or progress.id, record.epoch, region, letter.offset,
+            offsets = letter.offset if letter.count == 1 else f"{letter.offset} to {letter.offset + letter.count - 1}"
+            log.warning("regional: query %s epoch %d: region %r offset %s dead-lettered to %s: %s",
+                        progress.name or progress.id, record.epoch, region, offsets,
                         plan.settings.dead_letter_path or f"topic {plan.settings.dead_letter_topic}", letter.error)
         if plan.final and record.whole:
             # A bounded source is exhausted and everything it held is published: end the query.

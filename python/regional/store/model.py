@@ -73,6 +73,10 @@ class RegionState(NamedTuple):
     # records that failed beside a record dead-lettered by that policy (a burst with no witness is one wait, not one
     # per record), reset when it commits a record, a record is proven poison, or none failed beside it.
     suspect_since_at: float | None = None
+    # ``suspectsTogether``: the end of the set weighed with its suspect, ``[committed_offset, together_to)``: the
+    # records tried alone beside it, in every epoch it was, that failed alone each time (from its first failure
+    # alone on; it only shrinks). Dead-lettered with the suspect on its proof. None: the suspect alone.
+    together_to: int | None = None
 
     def retry_due(self, backoff_s: float, now: float | None = None) -> float | None:
         """When this region, whose isolated record failed alone, may be planned again: ``deadLetterRetryBackoff``
@@ -134,11 +138,11 @@ REGION_STATE_COLUMNS = ("id", "committed_offset", "last_epoch", "consecutive_fai
 # other than its default), with their defaults.
 OPTIONAL_REGION_STATE_COLUMNS: dict[str, Any] = {
     "failed_alone": 0, "failed_alone_at": None, "alone_since": None, "probe_passed": None, "alone_waits": 0,
-    "poison": (), "first_seen_epoch": None, "first_seen_at": None, "suspect_since_at": None}
+    "poison": (), "first_seen_epoch": None, "first_seen_at": None, "suspect_since_at": None, "together_to": None}
 _OPTIONAL_DECODE: dict[str, Callable[[Any], Any]] = {
     "failed_alone": int, "failed_alone_at": float, "alone_since": int, "probe_passed": int, "alone_waits": int,
     "poison": lambda v: tuple(int(o) for o in v), "first_seen_epoch": int, "first_seen_at": float,
-    "suspect_since_at": float}
+    "suspect_since_at": float, "together_to": int}
 
 
 def regions_to_columns(regions: Mapping[str, RegionState]) -> dict[str, list[Any]]:
@@ -232,7 +236,24 @@ class DeadLetter:
     """A record isolated as poison in one epoch and appended to the dead-letter table."""
 
     offset: int
-    error: str  # the exception's class and message, as the failed attempts raised it
+    error: str  # the exception's class and message, as the failed attempts raised it (the first record's)
+    count: int = 1  # records [offset, offset + count), proven poison together (``suspectsTogether``)
+    # What the records after the first add to their own errors: why the set went unproven (onSuspectTimeout).
+    note: str | None = None
+
+    def member_error(self, own: str) -> str:
+        """The error of a record of the set after the first: its own exception, and the set's note."""
+        return own if self.note is None else f"{own}; {self.note} (with offset {self.offset})"
+
+    def to_json(self) -> list[Any]:
+        extra = [self.count, self.note] if self.note is not None else [self.count] if self.count != 1 else []
+        return [self.offset, self.error, *extra]
+
+    @classmethod
+    def from_json(cls, data: list[Any]) -> DeadLetter:
+        note = data[3] if len(data) > 3 else None
+        return cls(int(data[0]), str(data[1]), int(data[2]) if len(data) > 2 else 1,
+                   None if note is None else str(note))
 
 
 OUTAGE_BACKOFF_MAX_S = 10.0  # short: Spark's stop waits for a source that is waiting
@@ -301,7 +322,7 @@ class EpochRecord:
             "fallen_back": {r: [f.ref_epoch, f.reason, f.quarantined] for r, f in self.fallen_back.items()},
             "regions": regions_to_columns(self.regions),
             "lost": {r: list(span) for r, span in self.lost.items()},
-            "dead_lettered": {r: [d.offset, d.error] for r, d in self.dead_lettered.items()},
+            "dead_lettered": {r: d.to_json() for r, d in self.dead_lettered.items()},
             "outage_epochs": self.outage_epochs,
             **({"dead_letter_retries": self.dead_letter_retries,
                 "dead_letter_retry_backoff_s": self.dead_letter_retry_backoff_s}
@@ -325,7 +346,7 @@ class EpochRecord:
             regional_epochs=int(data["regional_epochs"]),
             recorded_at=float(data["recorded_at"]),
             lost={str(r): (int(a), int(b)) for r, (a, b) in data.get("lost", {}).items()},
-            dead_lettered={str(r): DeadLetter(int(o), str(e)) for r, (o, e) in data.get("dead_lettered", {}).items()},
+            dead_lettered={str(r): DeadLetter.from_json(d) for r, d in data.get("dead_lettered", {}).items()},
             outage_epochs=int(data.get("outage_epochs", 0)),
             dead_letter_retries=int(data.get("dead_letter_retries", 0)),
             dead_letter_retry_backoff_s=float(data.get("dead_letter_retry_backoff_s", 0.0)),
@@ -415,8 +436,9 @@ def describe(record: EpochRecord) -> str:
         shown = ", ".join(waiting[:5]) + (", ..." if len(waiting) > 5 else "")
         line += f"; waiting {len(waiting)} [{shown}] (behind, not planned: a retry or back-off not due yet)"
     if record.dead_lettered:
-        line += (f"; dead-lettered {len(record.dead_lettered)} ["
-                 + ", ".join(f"{r}@{d.offset}" for r, d in sorted(record.dead_lettered.items())) + "]")
+        line += (f"; dead-lettered {sum(d.count for d in record.dead_lettered.values())} ["
+                 + ", ".join(f"{r}@{d.offset}" + (f"..{d.offset + d.count - 1}" if d.count > 1 else "")
+                             for r, d in sorted(record.dead_lettered.items())) + "]")
     if record.reason:
         line += f"; {record.reason}"
     if record.outage_epochs:

@@ -170,7 +170,7 @@ class QueryStatus:
                         "fallen_back": {r: {"ref_epoch": f.ref_epoch, "reason": f.reason,
                                             "quarantined": f.quarantined} for r, f in e.fallen_back.items()},
                         "lost": {r: {"from": a, "to": b} for r, (a, b) in e.lost.items()},
-                        "dead_lettered": {r: {"offset": d.offset, "error": d.error}
+                        "dead_lettered": {r: {"offset": d.offset, "error": d.error, "records": d.count}
                                           for r, d in e.dead_lettered.items()}}
                        for e in self.epochs],
         }
@@ -217,7 +217,8 @@ def snapshot(st: QueryStatus, timeline_svg: str | None = None) -> dict[str, Any]
 
     epochs = [{"epoch": e.epoch, "kind": e.kind.value, "reason": e.reason, "recorded_at": e.recorded_at,
                "committed": len(e.committed), "rows": sum(c.rows for c in e.committed.values()),
-               "fallen_back": len(e.fallen_back), "dead_lettered": len(e.dead_lettered),
+               "fallen_back": len(e.fallen_back),
+               "dead_lettered": sum(d.count for d in e.dead_lettered.values()),
                "fallen_back_regions": first({r: f.reason for r, f in e.fallen_back.items()}),
                "dead_lettered_regions": first({r: d.error for r, d in e.dead_lettered.items()})}
               for e in st.epochs[-SNAPSHOT_EPOCHS:]]

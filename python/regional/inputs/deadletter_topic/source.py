@@ -437,9 +437,10 @@ class DeadLetterTopicInput(RegionInput[TopicSplit], StoredInput, AcknowledgingIn
         if record is not None:
             for region, letter in record.dead_lettered.items():
                 again = state["again"].setdefault(region, [])
-                if letter.offset not in again:
-                    again.append(letter.offset)
-                    changed = True
+                for offset in range(letter.offset, letter.offset + letter.count):
+                    if offset not in again:
+                        again.append(offset)
+                        changed = True
         return changed
 
     def before_splits(self, epoch: int) -> None:
