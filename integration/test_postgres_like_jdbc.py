@@ -375,7 +375,8 @@ def test_a_name_postgres_would_cut_and_a_date_into_timestamptz_are_refused_at_st
     """A column name longer than 63 bytes: PostgreSQL cuts it in CREATE TABLE (Spark's JDBC writer then writes once
     and fails at the next write, the cut column "not defined in table"); a date into an existing timestamptz column:
     Spark's JDBC writer lands it at midnight in its JVM's default time zone, whatever spark.sql.session.timeZone
-    says. Both are refused at start, naming the column and what to do."""
+    says. Both are refused at start, naming the column and what to do; so is a createTableColumnTypes type the
+    column's values cannot go into (before the table is created: Spark's JDBC writer creates it, then fails)."""
     url, properties = jdbc
     stream, static = the_input(spark, tmp_path / "in", tmp_path / "ck")
     long_name = "measured_" + "é" * 30  # 69 bytes, 39 characters
@@ -383,8 +384,16 @@ def test_a_name_postgres_would_cut_and_a_date_into_timestamptz_are_refused_at_st
                                  "cut_mine", tmp_path / "ck"))
     assert f"column {long_name!r} has a 69-byte name: PostgreSQL keeps only the first 63 bytes" in got, got[-1500:]
     assert "Rename it in your select(...)" in got, got[-1500:]
+    # A createTableColumnTypes type the column's values cannot go into: stock creates the table, then fails.
+    got = error_of(lambda: start(stream.selectExpr("region", "offset", "value AS v"), postgres, "misfit_mine",
+                                 tmp_path / "ck", createTableColumnTypes="v INT"))
+    assert "column 'v' (text) cannot take createTableColumnTypes' integer" in got, got[-1500:]
+    with pytest.raises(Exception, match="Job aborted"):  # (PSQLException is not on Spark's own classpath)
+        static.selectExpr("region", "offset", "value AS v").write.option("createTableColumnTypes", "v INT").jdbc(
+            url, "misfit_stock", mode="append", properties=properties)
     with postgres.connect() as conn:
-        assert conn.execute("SELECT to_regclass('cut_mine')").fetchone() == (None,)
+        assert conn.execute("SELECT to_regclass('cut_mine'), to_regclass('misfit_mine'), "
+                            "to_regclass('misfit_stock') IS NOT NULL").fetchone() == (None, None, True)
         for table in ("zoned_mine", "zoned_stock"):
             conn.execute(f'CREATE TABLE {table} (region text, "offset" bigint, d timestamptz, n timestamp, '
                          "casted timestamptz)")

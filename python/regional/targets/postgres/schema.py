@@ -5,9 +5,9 @@ and ``createTableColumnTypes`` read as Spark reads it. Pure: no connection.
 Types (``pg_type``), as ``df.write.jdbc`` creates them (PostgresDialect.getJDBCType, then JdbcUtils' common types):
 string text, binary bytea, boolean boolean, tinyint and smallint smallint, int integer, bigint bigint, float real,
 double double precision, decimal(p,s) numeric(p,s), date date, timestamp timestamp with time zone, timestamp_ntz
-timestamp without time zone, array<x> of any of these x[]. Spark's writer refuses maps, structs and arrays of
-them or of arrays ("Can't get JDBC type"); regional writes those as jsonb (``JSON_TYPE``), with Spark's to_json
-conventions.
+timestamp without time zone, array<x> of any of these x[], array<array<x>> x[] too. Spark's writer refuses maps,
+structs and arrays of them ("Can't get JDBC type"); regional writes those as jsonb (``JSON_TYPE``), with Spark's
+to_json conventions, and creates jsonb for an array of arrays too (``multidimensional_type`` says why).
 """
 
 from __future__ import annotations
