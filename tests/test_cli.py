@@ -123,7 +123,7 @@ def test_status_and_timeline_show_dead_letters_and_isolating_ranges(tmp_path):
     assert "dead-lettered 1 [p@7]" in render(st)
     shown = json.loads(run("status", str(tmp_path), "--json").stdout)
     assert shown["regions"]["p"]["dead_letters"] == 1
-    assert shown["epochs"][1]["dead_lettered"] == {"p": {"offset": 7, "error": "ValueError: bad"}}
+    assert shown["epochs"][1]["dead_lettered"] == {"p": {"offset": 7, "error": "ValueError: bad", "records": 1}}
     assert outcome_grid(st).cells == [[COMMITTED, IDLE], [QUARANTINED, DEAD_LETTERED]]
     first = status(tmp_path, epochs=None)
     assert first.epochs[0].regions["p"].isolating == (0, 30)
