@@ -5,7 +5,8 @@
 
 Scenarios, one module each: 1 ``throughput`` (at volume, with memory), 2 ``failing_region``, 3 ``straggler``,
 4 ``many_regions``, 5 ``transient`` (wasted work); then the Kafka source (``kafka``), the PostgreSQL target
-(``postgres``), dead letters (``dead_letters``) and an outage on a timer (``outage``), each in its own
+(``postgres``), dead letters (``dead_letters``), a bad file among good ones (``bad_file``) and an outage on a
+timer (``outage``), each in its own
 SparkSession (they need other jars).
 Writes ``BENCHMARKS.md`` (with the machine and the versions) and ``benchmarks/scenario2.png``.
 Timings are reported, never asserted.
@@ -40,6 +41,7 @@ OTHERS = {
     "kafka": (["--records", "200000", "--repeats", "1"], ["--records", "2000000", "--repeats", "2"]),
     "postgres": (["--rows", "100000", "--repeats", "1"], ["--rows", "4000000", "--repeats", "3"]),
     "dead_letters": (["--per-region", "5000"], ["--per-region", "20000"]),
+    "bad_file": (["--per-region", "5000"], ["--per-region", "20000"]),
     "outage": (["--outage", "20"], ["--outage", "60"]),
     "s3": (["--rows-per-file", "10000", "--files-per-region", "2", "--repeats", "1"],
            ["--rows-per-file", "62500", "--files-per-region", "4", "--repeats", "3"]),
