@@ -12,6 +12,7 @@ is ever dead-lettered by proof, under any outage window shorter than it takes to
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
@@ -27,7 +28,7 @@ from regional.protocol.decide import (
     unproven_suspects,
     with_failure_causes,
 )
-from regional.protocol.plan import EpochPlan, plan_epoch, retry_due
+from regional.protocol.plan import EpochPlan, RegionRange, plan_epoch, retry_due
 from regional.protocol.settings import Settings
 from regional.store import EpochRecord
 from regional.store.model import TaskFailure
@@ -415,4 +416,100 @@ def test_dead_letter_on_sends_a_burst_whose_every_record_names_the_class_at_once
             together=16, dead_letter_on=("ValueError",))
     assert r.done and r.dead["a"] == list(range(10)) and [n for _e, _o, n in r.letters] == [10]
     assert r.now < 60, r.now  # no retry waited on
+    check_exactly_once(r)
+
+
+# -- Review of sets (suspectsTogether) -----------------------------------------------------------------------------
+
+
+@dataclass
+class ScriptedRun(BoundedRun):
+    """A run whose faults are scripted by epoch rather than by the clock: ``down(epoch, rr)`` says whether the service
+    of ``rr``'s region is down for that task (an outage may so start after an epoch's witnesses and before its
+    members: they run in that order), and ``silent(epoch, rr)`` whether its task reports nothing (an executor lost,
+    a quarantined attempt that could not read its record)."""
+
+    down_at: Callable[[int, RegionRange], bool] = lambda _epoch, _rr: False
+    silent: Callable[[int, RegionRange], bool] = lambda _epoch, _rr: False
+
+    def outcomes(self, plan: EpochPlan) -> dict:
+        tasks: list[TaskOutcome | None] = []
+        failures: dict[int, list[TaskFailure]] = {}
+        for i, rr in enumerate(plan.ranges):
+            data = self.regions[rr.region]
+            called = data.called(rr.start, rr.end)
+            bad = [o for o in called if o in data.poison]
+            line = (f"ValueError: cannot parse {rr.region}@{bad[0]}" if bad else
+                    f"ConnectionError: {rr.region}'s service is down" if called and self.down_at(plan.epoch, rr)
+                    else None)
+            if self.silent(plan.epoch, rr):
+                tasks.append(None)
+            elif line is None:
+                tasks.append(TaskOutcome(i, 0, Outcome.WRITTEN, plan.query_id, rr.region, rr.start, rr.end,
+                                         len(called), called[0] if called else None,
+                                         called[-1] if called else None, f"{rr.region}@{rr.start}"))
+            else:
+                failures[i] = [TaskFailure(i, k, "1", PYTHON_EXCEPTION, line, python_traceback(line))
+                               for k in range(ATTEMPTS)]
+                tasks.append(TaskOutcome(i, ATTEMPTS, Outcome.QUARANTINED, plan.query_id, rr.region, rr.start,
+                                         rr.start, reason="failed", dead_letter=b"record" if rr.isolated else None))
+        self.now += 5.0
+        return with_failure_causes(plan, outcomes_from_tasks(plan, tasks), failures)
+
+    def epoch(self, epoch: int) -> EpochPlan | None:
+        self.now += 60.0  # every back-off is over: each epoch of the script plans every region with work
+        return super().epoch(epoch)
+
+
+def scripted(regions: dict[str, Region], down_at: Callable[[int, RegionRange], bool],
+             silent: Callable[[int, RegionRange], bool] = lambda _e, _rr: False, retries: int = 0,
+             together: int = 16, ratio: float = 1.0, arrive: dict[int, dict[str, Region]] | None = None,
+             epochs: int = 300) -> ScriptedRun:
+    """A ``ScriptedRun`` to its end; ``arrive``: regions as they are from an epoch on (records that arrive)."""
+    s = Settings(dead_letter_path="/dead", region_attempts=ATTEMPTS, max_failure_ratio=ratio,
+                 dead_letter_retries=retries, dead_letter_retry_backoff_s=0.0, max_dead_letters_per_epoch=100,
+                 suspect_timeout_s=1e9, suspects_together=together)
+    r = ScriptedRun(regions, [], s, published={k: [] for k in regions}, dead={k: [] for k in regions},
+                    down_at=down_at, silent=silent)
+    for epoch in range(epochs):
+        r.regions.update((arrive or {}).get(epoch, {}))
+        plan = r.epoch(epoch)
+        if plan is None or r.done or not plan.regions:
+            break
+    return r
+
+
+def member(rr: RegionRange) -> bool:
+    """A record tried alone beside its region's suspect (``suspectsTogether``)."""
+    return rr.isolated and rr.probe
+
+
+def suspect(rr: RegionRange) -> bool:
+    return rr.isolated and not rr.probe
+
+
+def test_a_member_that_passes_while_its_suspect_reports_nothing_leaves_the_set():
+    """One poison record, then 39 good. The set forms in an outage (epoch 3: the 15 good records after the suspect
+    fail alone beside it). In epoch 4 the outage is over and they pass alone, but the suspect's task reports nothing
+    (an executor lost). Before, that epoch left the set as it was (only an epoch in which the suspect failed alone
+    shrank it), so a second outage in epoch 5 dead-lettered the 15 good records with the suspect, on its proof,
+    though each had passed alone: a member that passes once leaves the set."""
+    r = scripted({"a": Region(40, frozenset({0}))}, down_at=lambda e, _rr: e in (3, 5),
+                 silent=lambda e, rr: e == 4 and suspect(rr))
+    assert r.done and r.dead["a"] == [0], r.dead["a"]
+    check_exactly_once(r)
+
+
+def test_a_member_that_passes_in_an_aborted_epoch_leaves_the_set():
+    """As above, but the epoch in which the members pass alone (epoch 5, the suspect's last try) is aborted: two new
+    regions' tasks report nothing, more than maxFailureRatio. The decision is not taken, but what was seen of the
+    records was seen: before, the set stayed whole, and the next outage (epoch 6) dead-lettered 15 good records that
+    had passed alone in epoch 5."""
+    def down_at(epoch: int, rr: RegionRange) -> bool:  # a: the set forms in an outage, witnesses pass in epoch 4
+        return rr.region == "a" and (epoch in (3, 6) or (epoch == 4 and member(rr)))
+
+    r = scripted({"a": Region(40, frozenset({0})), "b": Region(0), "c": Region(0)}, down_at,
+                 silent=lambda e, rr: e == 5 and rr.region in ("b", "c"), ratio=0.5,
+                 arrive={5: {"b": Region(40), "c": Region(40)}})
+    assert r.done and r.dead == {"a": [0], "b": [], "c": []}, r.dead
     check_exactly_once(r)

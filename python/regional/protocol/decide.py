@@ -457,6 +457,9 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
                 reset_counters, timeout)
             if rr.region in evidence:  # kept even if the epoch aborts: what was seen of the record was seen
                 regions[rr.region] = evidence[rr.region].applied(regions[rr.region])
+            elif outcome.status is Outcome.DEAD_LETTERED:  # aborted: its set still loses the members that passed
+                kept = regions[rr.region]
+                regions[rr.region] = kept._replace(together_to=shrunk_set(rr.start, kept, outcome.members))
         elif outcome.status is Outcome.DEAD_LETTERED:
             end = rr.start + outcome.together  # a set proven together (suspectsTogether) goes as one
             dead_lettered[rr.region] = DeadLetter(rr.start, outcome.reason or UNKNOWN_CAUSE, outcome.together,
@@ -564,8 +567,10 @@ def weigh_evidence(plan: EpochPlan, seen: dict[str, RegionOutcome], before: Mapp
         passed_now = outcome.neighbours_passed
         passed = plan.epoch if passed_now else state.probe_passed
         if outcome.status is not Outcome.DEAD_LETTERED:  # no account of the record (its sink failed, or missing)
+            # Its members that did not fail alone now leave its set all the same: one that passes once is no poison.
             evidence[rr.region] = Evidence(state.failed_alone, state.failed_alone_at, state.alone_since, passed,
-                                           state.alone_waits, False, state.suspect_since_at, state.together_to)
+                                           state.alone_waits, False, state.suspect_since_at,
+                                           shrunk_set(rr.start, state, outcome.members))
             continue
         cause = outcome.reason or UNKNOWN_CAUSE
         together_to = set_end(rr.start, state, outcome.members)
@@ -659,6 +664,13 @@ def set_end(suspect: int, state: RegionState, members: Sequence[Member]) -> int 
     if state.together_to is not None:
         return min(state.together_to, now)
     return now if state.failed_alone_at is None else suspect + 1
+
+
+def shrunk_set(suspect: int, state: RegionState, members: Sequence[Member]) -> int | None:
+    """The end of the set weighed with the suspect at ``suspect`` after an epoch that weighs nothing of it (its own
+    account missing, or the epoch aborted): the members that did not fail alone now leave it (``set_end``'s rule),
+    but no set forms. None: none formed."""
+    return None if state.together_to is None else set_end(suspect, state, members)
 
 
 def poison_verdict(witnessed: bool) -> Callable[[Verdict | None], bool]:
