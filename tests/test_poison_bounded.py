@@ -513,3 +513,23 @@ def test_a_member_that_passes_in_an_aborted_epoch_leaves_the_set():
                  arrive={5: {"b": Region(40), "c": Region(40)}})
     assert r.done and r.dead == {"a": [0], "b": [], "c": []}, r.dead
     check_exactly_once(r)
+
+
+@TOGETHER
+def test_a_short_outage_after_a_policy_dead_letter_never_dead_letters_the_good_records_after_it(together):
+    """onSuspectTimeout=deadLetter with witnesses: 3 bad lines, then 37 good ones that pass beside them; the tries
+    (4, a minute apart) outlast suspectTimeout=100s, so the 3 go by the policy. An outage of a's service of 5 or 60
+    seconds (under the bound) around that epoch made the good records tried beside them fail now. Before, the region
+    kept its clock into them (meant for a burst with no witness at all), so each was dead-lettered at its first
+    failure alone: up to 9 good records one at a time, all 37 in sets of 16 (set after set), lost to a short outage.
+    A burst with no witness at all still drains after one bound (above)."""
+    lost = []
+    for length in (5.0, 60.0):
+        for start in (100.0 + k for k in range(70)):
+            r = run({"a": Region(40, frozenset({0, 1, 2})), "b": Region(5)}, windows=[(start, length, ("a",))],
+                    retries=4, backoff=60.0, timeout=100.0, dead_letter_on_timeout=True, together=together)
+            assert r.done
+            check_exactly_once(r)
+            if r.dead["a"] != [0, 1, 2]:
+                lost.append((start, length, r.dead["a"][3:]))
+    assert not lost, lost[:3]

@@ -471,9 +471,12 @@ def decide(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome], previous: Epo
                                              dead_letters=state.dead_letters + outcome.together,
                                              timed_range=state.timed_range if timeout else None,
                                              poison=recent_poison((*state.poison, *range(rr.start, end)), end),
-                                             # the clock goes on only into the burst that failed beside it now: a
-                                             # record that fails later (a short outage, hours on) gets its own bound
-                                             suspect_since_at=None if burst is None else outcome.timed_out_since)
+                                             # the clock goes on only into the burst that failed beside it now, and
+                                             # only when no witness ever passed beside it (a region of nothing but
+                                             # poison): a record that fails later (a short outage, hours on), or one
+                                             # beside a witness (a short outage now), gets its own bound
+                                             suspect_since_at=None if burst is None or witnessed(state, rr, outcome)
+                                             else outcome.timed_out_since)
         else:
             committed[rr.region] = Slice(rr.start, outcome.end, outcome.rows, cut=outcome.end < rr.end)
             regions[rr.region] = wrote(plan.epoch, rr, state, outcome, timeout, slow)
@@ -756,6 +759,12 @@ def epoch_kind(plan: EpochPlan, failed: Mapping[str, RegionOutcome], narrowing: 
             f"maxFailureRatio={settings.max_failure_ratio}"
             + (f" ({len(narrowing)} more are isolating poison records)" if narrowing else ""))
     return EpochKind.REGIONAL, None
+
+
+def witnessed(state: RegionState, rr: RegionRange, outcome: RegionOutcome) -> bool:
+    """Whether records of its region beside the suspect ``rr`` ever passed and wrote rows (now, or since it first
+    failed alone): a region with a witness can prove the records after it, each within its own bound."""
+    return outcome.neighbours_passed or own_evidence(state, rr).probe_passed is not None
 
 
 def failed_beyond(end: int, outcome: RegionOutcome) -> tuple[int, int] | None:
