@@ -533,3 +533,30 @@ def test_a_short_outage_after_a_policy_dead_letter_never_dead_letters_the_good_r
             if r.dead["a"] != [0, 1, 2]:
                 lost.append((start, length, r.dead["a"][3:]))
     assert not lost, lost[:3]
+
+
+@TOGETHER
+@pytest.mark.xfail(strict=True, reason="open: the region keeps its clock into records that failed beside a policy "
+                   "dead letter in a region that never had a witness, whatever their own history: good records that "
+                   "arrive just before the bound and fail in a short outage then go at their first failure alone "
+                   "(one at a time too, before sets). Telling them from a burst that failed throughout needs the "
+                   "state to say since when each record beside the suspect has failed")
+def test_good_records_arriving_at_the_bound_of_a_region_without_witness_survive_a_short_outage(together):
+    """A region whose only records are 3 bad lines (no witness: the policy decides at suspectTimeout=100s); 37 good
+    lines arrive at 99 s, and the region's service is down from 101 s for 30 s (under the bound)."""
+    s = Settings(dead_letter_path="/dead", region_attempts=ATTEMPTS, max_failure_ratio=1.0, dead_letter_retries=4,
+                 dead_letter_retry_backoff_s=60.0, max_dead_letters_per_epoch=100, suspect_timeout_s=100.0,
+                 dead_letter_on_timeout=True, suspects_together=together)
+    regions = {"a": Region(3, frozenset({0, 1, 2})), "b": Region(5)}
+    r = BoundedRun(regions, [(101.0, 131.0, frozenset({"a"}))], s, published={k: [] for k in regions},
+                   dead={k: [] for k in regions})
+    for epoch in range(2000):
+        if r.now >= 99.0 and r.regions["a"].size == 3:
+            r.regions["a"] = Region(40, frozenset({0, 1, 2}))
+        plan = r.epoch(epoch)
+        if plan is None or (r.done and r.regions["a"].size == 40):
+            break
+        if not plan.regions:
+            r.now += 1.0
+    assert r.done and r.dead["a"] == [0, 1, 2], r.dead["a"]
+    check_exactly_once(r)
