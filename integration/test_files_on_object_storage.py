@@ -37,6 +37,7 @@ def move(storage: Storage, old: str, new: str) -> None:
 def source(path: str, ck) -> ObjectFiles:
     s = files.create({"path": path})
     assert isinstance(s, ObjectFiles)
+    s.decide_schema()  # the columns, as .load() decides them (one LIST, before the query's own)
     s.use_store(Store(ck))
     return s
 

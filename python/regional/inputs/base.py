@@ -56,6 +56,16 @@ class RegionInput(ABC, Generic[Split]):
     # after it (``protocol.plan.probe_ranges``), not the few offsets beside it, so that its probes find records.
     sparse: bool = False
 
+    def decide_schema(self) -> str:
+        """At ``.load()``: the query's columns, as Spark DDL. Default ``schema_ddl``; an input whose columns depend on
+        what it holds (the files source's partition directories) decides them here."""
+        return self.schema_ddl
+
+    def use_schema(self, fields: list[tuple[str, str]]) -> None:
+        """On the driver, before ``available``: the columns Spark fixed for the query (``.load()``'s, or the
+        user's ``.schema(...)``), as (name, Spark's simple type name). Default: nothing."""
+        return None
+
     def ends(self) -> dict[str, int] | None:
         """A bounded input's final end offset per region; None (the default) when it may grow for ever."""
         return None

@@ -57,7 +57,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -145,6 +145,22 @@ class ObjectFiles(FilesInput):
 
     def _list_once(self) -> dict[str, _RegionListing]:
         listing: dict[str, _RegionListing] = {}
+        for region, name, info in self._objects():
+            files = listing.setdefault(region, _RegionListing())
+            if name:
+                files.objects[name] = replace(info, name=name)
+        self._read_new(listing)
+        return listing
+
+    def _names(self, listing: _RegionListing) -> Iterable[str]:
+        return listing.objects.keys()
+
+    def _file_names(self) -> Iterator[tuple[str, str]]:
+        return ((region, name) for region, name, _info in self._objects() if name)
+
+    def _objects(self) -> Iterator[tuple[str, str, Any]]:
+        """(region, path under the region, the object's info) of every object under ``path``; the path is "" for
+        an object that is no input file (a region's marker, hidden, not matching pathGlobFilter)."""
         for info in self.storage.list("", recursive=True):
             region_name, slash, name = info.name.partition("/")
             if is_hidden(region_name):
@@ -166,11 +182,7 @@ class ObjectFiles(FilesInput):
                 raise RegionalConfigError(
                     f"source=files: region prefix {region_name!r} under {self.location} cannot be a region id "
                     f"({exc}); rename its objects, or hide them with a leading '.' or '_'") from None
-            files = listing.setdefault(region, _RegionListing())
-            if name and not name.endswith("/") and self.accepts(name):
-                files.objects[name] = replace(info, name=name)
-        self._read_new(listing)
-        return listing
+            yield region, (name if name and not name.endswith("/") and self.accepts(name) else ""), info
 
     def _hold(self, region: str, name: str, etag: str, why: str) -> bool:
         """Whether to hold back ``name`` (its ETag ``etag``) in this listing: until a later listing at least

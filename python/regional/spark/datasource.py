@@ -25,12 +25,12 @@ class RegionalDataSource(DataSource):
 
         source = load_input(self.options)
         check_read_options(source, self.options)  # at .load(), where Spark shows the message as it is
-        return source.schema_ddl
+        return source.decide_schema()
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from regional.spark.reader import RegionalStreamReader
 
-        return RegionalStreamReader(self.conf_defaults, self.options)
+        return RegionalStreamReader(self.conf_defaults, self.options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from regional.spark.worker_process import freeze_imports

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.types import StructType
 
 from regional.dead_letters import encode_records
 from regional.errors import NEW_QUERY, RegionalConfigError, RegionalDataLossError, RegionalStoreError
@@ -93,7 +94,7 @@ class RegionPartition(InputPartition):
 
 
 class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, conf: Mapping[str, str], options: Mapping[str, str]) -> None:
+    def __init__(self, conf: Mapping[str, str], options: Mapping[str, str], schema: StructType | None = None) -> None:
         checkpoint = options.get("checkpointlocation")
         if not checkpoint:
             raise RegionalConfigError(
@@ -105,6 +106,8 @@ class RegionalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.store = Store(checkpoint)
         self.input = load_input(options)
         check_read_options(self.input, options)
+        if schema is not None:  # the columns fixed at .load() (the files source's partition columns)
+            self.input.use_schema([(f.name, f.dataType.simpleString()) for f in schema.fields])
         if isinstance(self.input, StoredInput):  # e.g. the files source's manifest of files in arrival order
             self.input.use_store(self.store)
         self.max_per_region = parse_optional_int(options, "maxRecordsPerRegion", minimum=1)

@@ -1,8 +1,8 @@
 """``source=files``: ``path`` holds one directory per region; each region is an append-only log of text files,
 read as Spark's text source (``spark.read.text``) reads them.
 
-Columns: ``region, offset, value``. Writers create a file under a hidden name (starting with ``.`` or ``_``) and
-rename it when it is complete; a visible file never changes.
+Columns: ``region, offset, value``, then the partition columns if any. Writers create a file under a hidden name
+(starting with ``.`` or ``_``) and rename it when it is complete; a visible file never changes.
 
 What is read
 ------------
@@ -12,9 +12,13 @@ What is read
   ``._COPYING_``, hides the file or the directory and what it holds, as in Spark's listing. ``pathGlobFilter``
   selects files by their own name. A file directly under ``path`` belongs to no region: it fails the query, as
   does a ``key=value`` directory directly under ``path``.
-- **Partition directories** (``key=value``) inside a region are read, but their values are not columns (the
-  columns are fixed). So that no value is dropped unnoticed, a region holding one fails the query unless
-  ``recursiveFileLookup=true`` is given: Spark's own option for reading nested files without partition columns.
+- **Partition directories** (``key=value``) inside a region give their values as columns after ``value``, named
+  and typed as Spark's partition discovery (``files.partitions``), each region's directory being the base path.
+  One rule for every directory: a plain one adds no column, a ``key=value`` one adds its key; every file of
+  every region must show the same keys in the same order (else the query fails naming the file). The columns
+  are decided when the query is defined (``.load()``, ``decide_schema``) and recorded in the manifest: a later
+  file that does not fit them, or a restart whose directories infer other columns, fails naming the directory.
+  ``recursiveFileLookup=true`` reads ``key=value`` directories as plain ones (no columns), as Spark does.
 - **Records.** Line breaks are ``\\n``, ``\\r\\n`` and a lone ``\\r`` (Hadoop's ``LineReader``), or ``lineSep``;
   a UTF-8 byte-order mark at a file's start is dropped; a last line without a break is a record; an empty file
   holds none; ``wholetext=true`` makes each file one record. A ``lineSep`` is found from a file's start (one that
@@ -84,7 +88,8 @@ before the deleted one is dropped, counts as that file renamed. Spark reads byte
 are (a Parquet string holding them); regional writes U+FFFD for them, which is what Spark shows when it reads
 them back.
 
-The package: ``manifest`` (the manifest's types), ``lines`` (records and codecs), ``source`` (the source on any
+The package: ``manifest`` (the manifest's types), ``lines`` (records and codecs), ``partitions`` (partition
+columns), ``source`` (the source on any
 storage), ``local`` (a local file system); ``regional.inputs.object_files`` (an object store) sits beside it,
 and ``create`` here picks one.
 """
@@ -121,13 +126,15 @@ OPTIONS = OptionTable("source=files", [
     Option("charset", "UTF-8", "`encoding` under its other name.", stock=True),
     Option("pathGlobFilter", "", "Only files whose own name matches this glob are input (Hadoop's glob syntax, as "
                                  "Spark matches it).", stock=True),
-    Option("recursiveFileLookup", "false", "Files in every directory of a region are read either way. `true` also "
-                                           "reads `key=value` directories, whose values are not columns (as Spark "
-                                           "with this option); without it, a region holding one fails the query.",
+    Option("recursiveFileLookup", "false", "Files in every directory of a region are read either way. `true`: "
+                                           "`key=value` directories give no columns (as in Spark with this "
+                                           "option); without it, their values are partition columns.",
            stock=True),
-    Option("basePath", "", "", refused="partition discovery: regional's columns are region, offset and value. "
-                                       "Give .option('recursiveFileLookup', 'true') to read key=value directories "
-                                       "without their values as columns.", stock=True),
+    Option("partitionColumnTypeInference", "true", "`false`: every partition column is STRING (Spark's conf "
+                                                   "`spark.sql.sources.partitionColumnTypeInference.enabled`, as an "
+                                                   "option: regional does not read that conf)."),
+    Option("basePath", "", "", refused="each region's directory is the base path of its partition directories "
+                                       "(path/<region>/key=value/...): remove the option.", stock=True),
     Option("ignoreCorruptFiles", "false", "Only `false`: a file that cannot be read fails the query, naming it. "
                                           "`true` (skipping it, losing its records) is refused at start.",
            stock=True),
@@ -212,9 +219,11 @@ def create(options: dict[str, str]) -> FilesInput:
     fmt = line_format(options)
     glob = _get(options, "pathGlobFilter") or None
     partitions = _flag(options, "recursiveFileLookup")
-    if location.is_local:
-        return LocalFiles(location, fmt, glob, partitions)
-    return _object_files(location, fmt, glob, partitions)
+    source: FilesInput = (LocalFiles(location, fmt, glob, partitions) if location.is_local
+                          else _object_files(location, fmt, glob, partitions))
+    source.typed_partitions = _flag(options, "partitionColumnTypeInference") if _get(
+        options, "partitionColumnTypeInference") is not None else True
+    return source
 
 
 def _object_files(location: Location, fmt: LineFormat, glob: str | None, partitions: bool) -> ObjectFiles:

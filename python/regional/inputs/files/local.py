@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -121,6 +121,17 @@ class LocalFiles(FilesInput):
                 continue  # the directory vanished since the listing of regions
         self._fingerprint_new(listing)
         return listing
+
+    def _names(self, listing: _LocalListing) -> Iterable[str]:
+        return listing.files.keys()
+
+    def _file_names(self) -> Iterator[tuple[str, str]]:
+        for region in self.regions():
+            try:
+                names = sorted(_visible_files(self.root / region, self.accepts))
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # the directory vanished since the listing of regions
+            yield from ((region, name) for name in names)
 
     def _fingerprint_new(self, listing: dict[str, _LocalListing]) -> None:
         """Read, in parallel, the listed files that ``_scan`` will fingerprint: new to the manifest, or not as it

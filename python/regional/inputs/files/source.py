@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from abc import abstractmethod
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from regional.inputs.files.manifest import (
     is_hidden_path,
     overlapping,
 )
+from regional.inputs.files.partitions import PartitionColumns, decide, from_spark
 from regional.location import Location
 
 if TYPE_CHECKING:
@@ -57,6 +58,9 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
         self.format = line_format or LineFormat()
         self.glob = glob_regex(name_glob) if name_glob else None  # pathGlobFilter
         self.partition_dirs = partition_dirs  # recursiveFileLookup: key=value directories read, values not columns
+        self.typed_partitions = True  # partitionColumnTypeInference
+        self._columns: PartitionColumns | None = None  # decided at .load() (``decide_schema``), or Spark's
+        self._fitting: set[str] = set()  # directories whose files were found to fit the partition columns
         self._store: Store | None = None
         self._log: SourceLog | None = None
         self._manifest: dict[str, RegionFiles] | None = None  # loaded on the driver's first call
@@ -76,15 +80,60 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
         matches ``pathGlobFilter`` (as Spark matches it: the file's name, not its directories)."""
         if is_hidden_path(name):
             return False
-        folders = name.split("/")[:-1]
-        if not self.partition_dirs and any("=" in f for f in folders):
-            folder = next(f for f in folders if "=" in f)
-            raise RegionalConfigError(
-                f"source=files: {name!r} under {self.location} is in the partition directory {folder!r}: regional's "
-                "columns are region, offset and value, so its value would be in no record. Give "
-                ".option('recursiveFileLookup', 'true') to read such files without their directories' values (as "
-                "Spark's text source does with that option), or write the value into the lines themselves")
         return self.glob is None or self.glob.fullmatch(name.rsplit("/", 1)[-1]) is not None
+
+    # -- partition columns -------------------------------------------------------------------------
+
+    def decide_schema(self) -> str:
+        """At ``.load()``: the partition columns from the files present now (none with recursiveFileLookup)."""
+        self._fix(self._discover())
+        return self.schema_ddl
+
+    def use_schema(self, fields: list[tuple[str, str]]) -> None:
+        """The columns Spark fixed for the query: region, offset, value, then the partition columns."""
+        if [(n.lower(), t) for n, t in fields[:3]] != [("region", "string"), ("offset", "bigint"),
+                                                         ("value", "string")]:
+            raise RegionalConfigError(
+                f"source=files: the given schema starts {', '.join(f'{n} {t}' for n, t in fields[:3])}: it must "
+                "start region STRING, offset BIGINT, value STRING (regional's columns), then the partition "
+                "columns, if any")
+        columns = from_spark(fields[3:], self.typed_partitions)
+        if columns and self.partition_dirs:
+            raise RegionalConfigError(
+                f"source=files: the given schema has partition columns ({columns.describe()}), and "
+                "recursiveFileLookup=true reads files without them (as in Spark). Remove one or the other")
+        self._fix(columns)
+
+    def columns(self) -> PartitionColumns:
+        """The query's partition columns (decided from the files present at the first call, if Spark has not
+        fixed them)."""
+        if self._columns is None:
+            self._fix(self._discover())
+        assert self._columns is not None
+        return self._columns
+
+    def _fix(self, columns: PartitionColumns) -> None:
+        self._columns = columns
+        self.schema = pa.schema([*SCHEMA, *columns.fields()]) if columns else SCHEMA
+        self.schema_ddl = SCHEMA_DDL + columns.ddl()
+
+    def _discover(self) -> PartitionColumns:
+        if self.partition_dirs:  # recursiveFileLookup: no partition inference, as in Spark
+            return PartitionColumns(typed=self.typed_partitions)
+        return decide(self._file_names(), self.typed_partitions, str(self.location))
+
+    def _check_columns(self, region: str, names: Iterable[str]) -> None:
+        """Every listed file fits the partition columns (checked once per directory)."""
+        if self.partition_dirs:
+            return  # recursiveFileLookup: key=value directories are plain ones
+        columns = self.columns()
+        for name in names:
+            folder = name.rpartition("/")[0]
+            if folder in self._fitting:
+                continue
+            columns.check(region, name, str(self.location), started_empty=not any(
+                f.files for f in self.manifest().values()))
+            self._fitting.add(folder)
 
     # -- the manifest ------------------------------------------------------------------------------
 
@@ -112,11 +161,14 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
                 f"offset names a line of a file of {recorded}, and the files of {self.location} would be read "
                 f"from the wrong place or read again. Give .option('path', {recorded!r}) again, {NEW_START}")
         counted = None  # the line format of the newest record that names one
+        partitioned: list[list[str]] = []  # the partition columns of the newest record that names them (none before)
         try:
             for record in (snapshot, *deltas):
                 rules = int(record.get("rules", 0))
                 if "format" in record:
                     counted = LineFormat.from_json(record["format"])
+                if "partitions" in record:
+                    partitioned = [[str(n), str(t)] for n, t in record["partitions"]]
                 for region, data in record["regions"].items():
                     files = manifest.setdefault(str(region), RegionFiles())
                     if record is snapshot:
@@ -137,6 +189,25 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
                 f"and the options now say {self.format.describe()}: the offsets already given would name other "
                 f"records (some lost, some read twice). Give the options as before ({counted.describe()}), "
                 f"{NEW_START}")
+        columns = self.columns()
+        if partitioned != columns.to_json() and any(f.files or f.end for f in manifest.values()):
+            old = PartitionColumns(tuple((n, t) for n, t in partitioned), self.typed_partitions)
+            why = ""
+            if not self.partition_dirs:  # name a file whose directories do not fit the old columns
+                try:
+                    for region, name in self._file_names():
+                        old.check(region, name, str(self.location), started_empty=False)
+                except RegionalConfigError as exc:
+                    why = f" ({str(exc).split(': ', 1)[1].split(', but ')[0].split(' holds a value')[0]})"
+            raise RegionalConfigError(
+                f"source=files: this query's checkpoint read its files with {old.describe()}, and the query now "
+                f"has {columns.describe()}{why} (from the partition directories under {self.location} when it "
+                "was defined, or the options recursiveFileLookup and partitionColumnTypeInference): the records "
+                "already published have the old columns. Give the options as before (and move out of path, or "
+                "hide with a leading '.', a directory that does not fit the old columns), or give the old "
+                "columns with "
+                f".schema('{SCHEMA_DDL}{old.ddl()}') on "
+                f"readStream (a later directory that does not fit them fails the query, naming it), {NEW_START}")
         return manifest
 
     def _save(self, changes: Mapping[str, RegionChange]) -> None:
@@ -148,12 +219,13 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
                 for region, change in changes.items():
                     apply_change(future.setdefault(region, RegionFiles()), change)
                 self._log.write_snapshot({"source": SOURCE_LOG, "path": str(self.location), "rules": RULES,
-                                          "format": self.format.to_json(),
+                                          "format": self.format.to_json(), "partitions": self.columns().to_json(),
                                           "regions": {r: f.to_json() for r, f in future.items()}})
                 self._manifest = future
                 return
             if changes:
                 self._log.append({"rules": RULES, "format": self.format.to_json(),
+                                  "partitions": self.columns().to_json(),
                                   "regions": {r: c.to_json() for r, c in changes.items()}})
         for region, change in changes.items():
             apply_change(manifest.setdefault(region, RegionFiles()), change)
@@ -184,6 +256,8 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
         if listing is None:  # the storage changed while listed: nothing decided, the regions as last seen
             return {r: manifest[r].end for r in sorted(self._present)}
         self._present = set(listing)
+        for region, files in listing.items():
+            self._check_columns(region, self._names(files))
         changes: dict[str, RegionChange] = {}
         for region, files in listing.items():
             change = self._scan(region, files, manifest.get(region) or RegionFiles(), committed)
@@ -209,6 +283,15 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
     def _list(self) -> Mapping[str, Any] | None:
         """On the driver: the regions present now, each with its visible files as ``_scan`` takes them; None
         when the storage changed while it was listed (nothing is decided from such a listing)."""
+
+    @abstractmethod
+    def _names(self, listing: Any) -> Iterable[str]:
+        """The files of one region's listing (``_list``'s), by their paths under the region."""
+
+    @abstractmethod
+    def _file_names(self) -> Iterator[tuple[str, str]]:
+        """On the driver, at ``.load()``: (region, path under the region) of every visible file, without reading
+        any (the partition columns are decided from their directories)."""
 
     @abstractmethod
     def _scan(self, region: str, listing: Any, known: RegionFiles, committed: Callable[[str], int]) -> RegionChange:
@@ -331,6 +414,7 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
 
     def read(self, region: str, start: int, end: int, split: Any,
              batch_rows: int = BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+        columns = self.columns()
         for span in split:
             lo = max(start - span.first_offset, 0)
             hi = min(end - span.first_offset, span.lines)
@@ -342,7 +426,16 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
                     f"source=files: file {span.name!r} of region {region!r} holds {len(lines)} records when read, "
                     f"{span.lines} when counted: its offsets [{span.first_offset}, {span.end}) would name other "
                     "records. This is a bug of regional's line counting: report it with the file")
+            values: list[pa.Scalar] = []
+            if columns:  # the file's directories, as they are now (a file moved before it was read: its new ones)
+                columns.check(region, span.name, str(self.location), started_empty=False)
+                values = [pa.scalar(v, f.type) for v, f in zip(columns.values(span.name), columns.fields(),
+                                                                  strict=True)]
             for chunk in range(lo, hi, batch_rows):
                 chunk_end = min(chunk + batch_rows, hi)
-                yield batch_of(region, span.first_offset + chunk, lines.slice(chunk, chunk_end - chunk))
+                batch = batch_of(region, span.first_offset + chunk, lines.slice(chunk, chunk_end - chunk))
+                if values:
+                    batch = pa.RecordBatch.from_arrays(
+                        [*batch.columns, *(pa.repeat(v, batch.num_rows) for v in values)], schema=self.schema)
+                yield batch
 

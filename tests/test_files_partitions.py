@@ -1,0 +1,197 @@
+"""source=files: partition directories (key=value) as columns, named and typed as Spark's partition discovery does
+(issue 59, item 7), without Spark. Spark's side of each type is measured in docs/sources/files.md and compared
+record by record in integration/test_files_like_spark.py."""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+from decimal import Decimal
+
+import pytest
+
+from regional.errors import RegionalConfigError
+from regional.inputs import files
+from regional.inputs.files.manifest import SCHEMA
+from regional.inputs.files.partitions import decide, infer_type, unescape
+from regional.store import EpochKind, EpochRecord, RegionState, Store, source_log
+from regional.store import files as store_files
+
+
+def write(path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def source(inp, ck, **options):
+    s = files.create({"path": str(inp), **options})
+    s.decide_schema()  # as .load() does
+    s.use_store(Store(ck))
+    return s
+
+
+def rows(s, region, start, end):
+    return [r for b in s.read(region, start, end, s.split(region, start, end)) for r in b.to_pylist()]
+
+
+def commit(ck, epoch, committed):
+    Store(ck).write_record(EpochRecord(epoch, EpochKind.GLOBAL, {}, {},
+                                       {r: RegionState(o, epoch) for r, o in committed.items()}))
+
+
+# Spark 4.2's spark.read.text on n=<value> directories, measured (docs/sources/files.md): values -> the type
+SPARK_TYPES = [
+    (["1", "2"], "int"), (["01", "2"], "int"), (["-5", "+5"], "int"), (["1", "9999999999"], "bigint"),
+    (["1", "99999999999999999999"], "decimal(20,0)"), (["1e3"], "decimal(4,0)"), (["1", "1.5"], "double"),
+    (["NaN"], "double"), ([" 1"], "double"), (["1.5d", "0x1p3", "Infinity"], "double"), (["1", "x"], "string"),
+    (["1", "2026-11-28"], "string"), (["true"], "string"), (["1", "__HIVE_DEFAULT_PARTITION__"], "int"),
+    (["__HIVE_DEFAULT_PARTITION__", "2026-11-28"], "date"), (["2026-13-45"], "string"), (["2026-1-28"], "string"),
+    (["2026-02-30"], "string"), (["%31"], "string"), (["9999999999", "1e3"], "decimal(20,0)"),
+    (["1e3", "1.5"], "string"), (["1.5", "2026-11-28"], "string"),
+    (["__HIVE_DEFAULT_PARTITION__"], "string"),  # Spark: void (no table holds it); regional: string
+]
+
+
+@pytest.mark.parametrize(("values", "kind"), SPARK_TYPES, ids=[",".join(v) for v, _k in SPARK_TYPES])
+def test_a_columns_type_is_what_spark_infers_from_its_values(values, kind):
+    columns = decide([("r", f"n={v}/p.txt") for v in values], typed=True, where="in")
+    assert columns.columns == (("n", kind),)
+    assert decide([("r", f"n={v}/p.txt") for v in values], typed=False, where="in").columns == (("n", "string"),)
+
+
+def test_values_are_spark_s_escaped_names_and_nulls():
+    assert unescape("a%20b") == "a b" and unescape("c%3Dd") == "c=d" and unescape("%C3%A9") == "\u00c3\u00a9"
+    assert unescape("100%") == "100%" and unescape("%zz") == "%zz"
+    columns = decide([("r", "a%20b=x%2Fy/p.txt"), ("r", "a%20b=__HIVE_DEFAULT_PARTITION__/q.txt")], True, "in")
+    assert columns.columns == (("a b", "string"),)
+    assert columns.values("a%20b=x%2Fy/p.txt") == ["x/y"] and columns.values("a%20b=__HIVE_DEFAULT_PARTITION__/q") == [
+        None]
+    typed = decide([("r", "d=2026-11-28/x=1.5/m=1e3/p.txt"), ("r", "d=2026-11-29/x=NaN/m=7/p.txt")], True, "in")
+    assert typed.values("d=2026-11-28/x=1.5/m=1e3/p.txt") == [datetime.date(2026, 11, 28), 1.5, Decimal(1000)]
+    assert math.isnan(typed.values("d=2026-11-29/x=NaN/m=7/p.txt")[1])
+    assert infer_type("2026-11-28 10%3A00%3A00", True) == "timestamp"
+    with pytest.raises(RegionalConfigError, match="partitionColumnTypeInference"):
+        decide([("r", "t=2026-11-28 10%3A00%3A00/p.txt")], True, "in")  # refused, not typed otherwise than Spark
+    assert decide([("r", "t=2026-11-28 10%3A00%3A00/p.txt")], False, "in").values(
+        "t=2026-11-28 10%3A00%3A00/p.txt") == ["2026-11-28 10:00:00"]
+
+
+@pytest.mark.parametrize(("names", "says"), [
+    (["n=/p.txt"], "empty value"), (["=1/p.txt"], "needs a column name"), (["a=1/a=2/p.txt"], "twice"),
+    (["offset=1/p.txt"], "regional's own offset column"), (["Region=us/p.txt"], "regional's own region column"),
+    (["a=1/p.txt", "b=1/p.txt"], "show different partition directories"),
+    (["a=1/p.txt", "a=1/b=2/p.txt"], "show different partition directories"),  # mixed depth
+    (["a=1/p.txt", "top.txt"], "show different partition directories"),  # a file beside them: Spark drops it
+    (["a=1/p.txt", "plain/x.txt"], "show different partition directories"),
+    (["a=1/b=1/p.txt", "b=1/a=1/p.txt"], "show different partition directories"),  # another order
+    (["A=1/p.txt", "a=1/p.txt"], "one spelling"),
+])
+def test_layouts_spark_refuses_or_regional_cannot_hold_are_refused_naming_a_file(names, says):
+    with pytest.raises(RegionalConfigError, match=says):
+        decide([("r", n) for n in names], True, "in")
+
+
+def test_no_partition_directories_leave_the_schema_and_the_batches_as_they_were(tmp_path):
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+    write(inp / "r" / "a.txt", b"a\n")
+    write(inp / "r" / "plain" / "deeper" / "b.txt", b"b\n")  # plain directories: read, no column
+    s = source(inp, ck)
+    assert s.schema is SCHEMA and s.schema_ddl == "region STRING, offset BIGINT, value STRING"
+    assert s.available(0) == {"r": 2}
+    assert [b.schema == SCHEMA for b in s.read("r", 0, 2, s.split("r", 0, 2))] == [True, True]
+
+
+def test_partition_columns_from_the_start_and_what_a_later_directory_may_be(tmp_path):
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+    write(inp / "us" / "date=2026-11-28" / "n=1" / "p.txt", b"a\nb\n")
+    write(inp / "eu" / "date=2026-11-28" / "n=__HIVE_DEFAULT_PARTITION__" / "sub" / "q.txt", b"c\n")
+    write(inp / "eu" / "_date=1" / "x.txt", b"not hidden: _key=value is a partition directory's name\n")
+    with pytest.raises(RegionalConfigError, match="show different partition directories"):
+        source(inp, ck)
+    os.rename(inp / "eu" / "_date=1", inp / "eu" / ".date=1")  # a leading '.' hides it
+    s = source(inp, ck)
+    assert s.schema_ddl == "region STRING, offset BIGINT, value STRING, `date` DATE, `n` INT"
+    assert s.available(0) == {"eu": 1, "us": 2}
+    assert rows(s, "us", 0, 2) == [{"region": "us", "offset": 0, "value": "a", "date": datetime.date(2026, 11, 28),
+                                    "n": 1}, {"region": "us", "offset": 1, "value": "b",
+                                              "date": datetime.date(2026, 11, 28), "n": 1}]
+    assert rows(s, "eu", 0, 1)[0]["n"] is None
+    write(inp / "us" / "date=2026-11-29" / "n=2" / "p.txt", b"d\n")  # a new partition that fits: read
+    assert s.available(1) == {"eu": 1, "us": 3} and rows(s, "us", 2, 3)[0]["date"] == datetime.date(2026, 11, 29)
+    for bad, says in [("date=2026-11-30/n=x/p.txt", "its directory n='x' holds a value that the partition column n "
+                                                    r"\(INT"),
+                      ("date=2026-11-30/n=9999999999/p.txt", "partition column n"),  # wider: BIGINT
+                      ("date=2026-11-30/p.txt", "shows the partition directories date"),  # a key missing
+                      ("date=2026-11-30/n=1/h=1/p.txt", "shows the partition directories date, n, h"),  # a new key
+                      ("top.txt", "shows no partition directory")]:
+        write(inp / "us" / bad, b"x\n")
+        with pytest.raises(RegionalConfigError, match=says):
+            s.available(2)
+        (inp / "us" / bad).unlink()
+    # A file moved to another partition before its records were read: read once, with its new directory's values.
+    write(inp / "us" / "date=2026-11-29" / "n=3" / "m.txt", b"moved\n")
+    assert s.available(3) == {"eu": 1, "us": 4}
+    os.makedirs(inp / "us" / "date=2026-11-29" / "n=4")
+    os.rename(inp / "us" / "date=2026-11-29" / "n=3" / "m.txt", inp / "us" / "date=2026-11-29" / "n=4" / "m.txt")
+    assert s.available(4) == {"eu": 1, "us": 4}  # the same file: no new offsets
+    assert [(r["value"], r["n"]) for r in rows(s, "us", 3, 4)] == [("moved", 4)]
+
+
+def test_a_restart_keeps_the_checkpoint_s_columns_or_is_refused_naming_the_directory(tmp_path):
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+    write(inp / "r" / "n=1" / "p.txt", b"a\n")
+    s = source(inp, ck)
+    assert s.available(0) == {"r": 1}
+    commit(ck, 0, {"r": 1})
+    write(inp / "r" / "n=x" / "p.txt", b"b\n")  # while stopped: the directories now infer n STRING
+    with pytest.raises(RegionalConfigError, match=r"read its files with n INT, and the query now has n STRING "
+                                                  r"\('n=x/p.txt' of region 'r'.*\.schema\('region STRING, offset "
+                                                  r"BIGINT, value STRING, `n` INT'\)"):
+        source(inp, ck).available(1)
+    with pytest.raises(RegionalConfigError, match="read its files with n INT, and the query now has no partition"):
+        source(inp, ck, recursiveFileLookup="true").available(1)
+    given = files.create({"path": str(inp)})  # the advice: the old columns as the schema (Spark's .schema())
+    given.use_schema([("region", "string"), ("offset", "bigint"), ("value", "string"), ("n", "int")])
+    given.use_store(Store(ck))
+    with pytest.raises(RegionalConfigError, match="its directory n='x'"):
+        given.available(1)
+    os.rename(inp / "r" / "n=x", inp / "r" / ".n=x")
+    assert given.available(1) == {"r": 1}
+    with pytest.raises(RegionalConfigError, match="regional types partition columns as INT"):
+        given.use_schema([("region", "string"), ("offset", "bigint"), ("value", "string"), ("n", "boolean")])
+
+
+def test_a_query_that_has_read_nothing_takes_the_columns_at_its_restart(tmp_path):
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+    inp.mkdir()
+    s = source(inp, ck)  # started on an empty path: no partition columns
+    assert s.available(0) == {}
+    write(inp / "r" / "date=2026-11-28" / "p.txt", b"a\n")
+    with pytest.raises(RegionalConfigError, match="restart the query: it has read no file yet"):
+        s.available(1)
+    s = source(inp, ck)
+    assert s.available(1) == {"r": 1} and rows(s, "r", 0, 1)[0]["date"] == datetime.date(2026, 11, 28)
+
+
+def test_a_checkpoint_from_before_partition_columns_keeps_its_schema(tmp_path):
+    """A query that ran with recursiveFileLookup=true before partition columns existed (its manifest names none):
+    restarted with it, no column appears; restarted without it, the partition directories are refused."""
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+    write(inp / "r" / "date=2026-11-28" / "p.txt", b"a\n")
+    assert source(inp, ck, recursiveFileLookup="true").available(0) == {"r": 1}
+    commit(ck, 0, {"r": 1})
+    for path in (ck / "regional").rglob("*.json"):  # as a regional before issue 59 wrote it
+        if "sources" in path.parts:
+            record = store_files.decode(str(path), source_log.KIND, path.read_bytes())
+            assert record.pop("partitions") == []
+            path.write_bytes(store_files.encode(source_log.KIND, record))
+    write(inp / "r" / "date=2026-11-29" / "p.txt", b"b\n")
+    s = source(inp, ck, recursiveFileLookup="true")
+    assert s.schema is SCHEMA and s.available(1) == {"r": 2} and rows(s, "r", 1, 2)[0] == {
+        "region": "r", "offset": 1, "value": "b"}
+    with pytest.raises(RegionalConfigError, match="read its files with no partition columns, and the query now "
+                                                  "has date DATE"):
+        source(inp, ck).available(2)
