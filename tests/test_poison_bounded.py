@@ -560,3 +560,33 @@ def test_good_records_arriving_at_the_bound_of_a_region_without_witness_survive_
             r.now += 1.0
     assert r.done and r.dead["a"] == [0, 1, 2], r.dead["a"]
     check_exactly_once(r)
+
+
+def cached_outage(together: int, length: float) -> BoundedRun:
+    """Region a publishes 20 records; 40 more arrive as its service goes down for ``length`` seconds behind a client
+    with a response cache (the published records pass from it), with the shipped retries and no outageOn."""
+    s = Settings(dead_letter_path="/dead", region_attempts=ATTEMPTS, max_failure_ratio=1.0, dead_letter_retries=4,
+                 dead_letter_retry_backoff_s=60.0, max_dead_letters_per_epoch=100, suspect_timeout_s=1e9,
+                 suspects_together=together)
+    regions = {"a": Region(20), "b": Region(5)}
+    r = BoundedRun(regions, [(0.6, 0.6 + length, frozenset({"a"}))], s, cache=True,
+                   published={k: [] for k in regions}, dead={k: [] for k in regions})
+    for epoch in range(3000):
+        if epoch == 1:
+            r.regions["a"] = Region(60)
+        plan = r.epoch(epoch)
+        if plan is None or (r.done and epoch > 1):
+            break
+        if not plan.regions:
+            r.now += 1.0
+    return r
+
+
+def test_a_response_cache_without_outage_on_fakes_a_proof_for_a_whole_set():
+    """The documented blind spot (docs/dead-letters.md, "Blind spots"), as sets widen it: behind a response cache the
+    witnesses pass during the outage, so one outage as long as the tries fakes a whole proof, and a faked proof sends
+    every good record weighed with the suspect. A 20-minute outage: 4 good records one at a time, 32 in sets of 16.
+    outageOn is the remedy (``test_with_a_response_cache_outage_on_keeps_every_healthy_record``)."""
+    apart, together = cached_outage(1, 1200.0), cached_outage(16, 1200.0)
+    assert apart.done and together.done
+    assert len(apart.dead["a"]) == 4 and len(together.dead["a"]) == 32, (apart.dead["a"], together.dead["a"])
