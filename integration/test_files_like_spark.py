@@ -4,11 +4,15 @@ query (Trigger.AvailableNow into a Delta table, read back with deltalake and del
 region's arrival order. Line breaks (``\\n``, ``\\r\\n``, a lone ``\\r``, at Hadoop's 64 KiB buffer edges), byte-order
 marks, empty and long lines, every codec (``.lz4`` and ``.snappy`` written by Spark itself), nested and partition
 directories, hidden names, files arriving late (sorting before processed ones), ``lineSep`` and ``wholetext``.
-Then what the source refuses, and its advice followed: nothing lost, nothing doubled."""
+Then what the source refuses, and its advice followed: nothing lost, nothing doubled. Partition directories
+(issue 59, item 7): the columns, types and values Spark's partition discovery gives a region's directory, and each
+deliberate difference with Spark's side measured."""
 
 from __future__ import annotations
 
 import bz2
+import datetime
+import decimal
 import gzip
 import os
 import random
@@ -21,6 +25,8 @@ import zstandard
 
 import regional
 from integration.helpers import assert_exactly_once_in_order, error_of, run_epochs, table_rows
+from regional.errors import RegionalConfigError
+from regional.inputs import files
 
 SEED = 46
 EDGE = 64 * 1024  # Hadoop's LineReader reads 64 KiB at a time (io.file.buffer.size)
@@ -167,6 +173,9 @@ def run_available_now(spark, inp: Path, out: Path, ck: Path, **options: str) -> 
 def _run_available_now(spark, inp: Path, out: Path, ck: Path, **options: str) -> None:
     reader = (spark.readStream.format("regional").option("source", "files").option("path", str(inp))
               .option("checkpointLocation", str(ck)))
+    if "schema" in options:  # the user's schema (partition columns), not an option
+        options = dict(options)
+        reader = reader.schema(options.pop("schema"))
     for k, v in options.items():
         reader = reader.option(k, v)
     query = (reader.load().writeStream.format("regional").option("target", "delta").option("path", str(out))
@@ -201,15 +210,15 @@ def test_the_same_records_as_spark_read_text_file_by_file_in_arrival_order(spark
     rng = random.Random(SEED)
     inp, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
     first = layout(spark, inp, tmp_path, rng)
-    for region, files in first.items():
-        for name, data in files.items():
+    for region, written in first.items():
+        for name, data in written.items():
             write(inp / region / name, data)
     hidden(inp)
     run_available_now(spark, inp, out, ck, recursiveFileLookup="true")
     assert_same(landed(out), expected(spark, inp, [first]))
     second = late(rng)
-    for region, files in second.items():
-        for name, data in files.items():
+    for region, written in second.items():
+        for name, data in written.items():
             write(inp / region / name, data)
     run_available_now(spark, inp, out, ck, recursiveFileLookup="true")
     want = expected(spark, inp, [first, second])
@@ -286,7 +295,7 @@ def test_what_is_refused_and_where_its_advice_leads(spark, tmp_path):
     os.rename(inp / "loose.txt", inp / "r" / "loose.txt")  # the advice: into a region
     write(inp / "r" / "date=2026-11-26" / "p.txt", b"p1\n")
     message = error_of(lambda: run_available_now(spark, inp, out, ck))
-    assert "in the partition directory 'date=2026-11-26'" in message and "recursiveFileLookup" in message
+    assert "show different partition directories" in message and "recursiveFileLookup" in message
     write(inp / "r" / "bad.gz", b"this is not gzip\n")
     message = error_of(lambda: run_available_now(spark, inp, out, ck, recursiveFileLookup="true"))
     assert "bad.gz is not valid gzip data" in message and "Move it out of path" in message, message[-2000:]
@@ -345,3 +354,107 @@ def test_a_deleted_file_s_advice_followed_loses_and_doubles_nothing(spark, tmp_p
     write(inp / "r" / "a.txt", data)  # put back: same name, same content
     run_available_now(spark, inp, out, ck)
     assert_exactly_once_in_order(out, {"r": values}, spark)
+
+
+# -- partition directories (issue 59, item 7) ------------------------------------------------------------------------
+
+PARTITIONED = {  # region -> path under it -> lines; each region alone infers what the two together infer
+    "us": {"d=2026-11-28/i=1/l=9999999999/m=99999999999999999999/x=1.5/s=a%20b/p-0.txt": "us0a\nus0b\n",
+           "d=__HIVE_DEFAULT_PARTITION__/i=-5/l=1/m=1e3/x=NaN/s=01/p-1.txt": "us1a\r\nus1b",
+           "d=2026-11-29/i=+7/l=-3/m=12/x=2/s=__HIVE_DEFAULT_PARTITION__/deeper/p-2.txt": "us2\n"},
+    "eu": {"d=2026-11-29/i=0/l=5000000000/m=12345678901234567890/x=1/s=x/p-0.txt": "eu0\n",
+           "d=2026-12-01/i=2147483647/l=-9999999999/m=1/x= 2.5/s=c%3Dd/p-1.txt": "eu1a\neu1b\n",
+           "d=2026-12-01/i=3/l=2/m=7/x=-Infinity/s=%C3%A9 é/p-2.txt.gz": "eu2\n"},
+}
+
+
+def spark_partitioned(spark, root: Path, region: str) -> tuple[str, list[tuple]]:
+    """What ``spark.read.text`` makes of a region's directory: its schema and its rows (value, then the partition
+    columns), sorted."""
+    df = spark.read.text(str(root / region))
+    return df.schema.simpleString(), sorted((tuple(r) for r in df.collect()), key=repr)
+
+
+def test_partition_columns_named_typed_and_valued_as_spark_partition_discovery(spark, tmp_path):
+    """The same partition directories read by a regional query (into Delta, read back by delta-spark) and by
+    spark.read.text on each region's directory: the same columns, types and values, record by record; then a
+    later file that fits them is read, and one that does not fails the query naming its directory."""
+    inp, out, ck = tmp_path / "in", tmp_path / "out", tmp_path / "ck"
+    for region, written in PARTITIONED.items():
+        for name, text in written.items():
+            write(inp / region / name, gzip.compress(text.encode()) if name.endswith(".gz") else text.encode())
+    run_available_now(spark, inp, out, ck)
+    table = spark.read.format("delta").load(str(out))
+    for region in PARTITIONED:
+        schema, want = spark_partitioned(spark, inp, region)
+        assert schema == ("struct<value:string,d:date,i:int,l:bigint,m:decimal(20,0),x:double,s:string>"), schema
+        rows = table.where(f"region = '{region}'").drop("region", "offset")
+        assert rows.schema.simpleString() == schema  # the same columns, in the same order, of the same types
+        got = sorted((tuple(r) for r in rows.collect()), key=repr)
+        assert repr(got) == repr(want), (region, got, want)  # repr: NaN equals NaN
+    # A later file in a new partition that fits the columns: read, with its values.
+    write(inp / "us" / "d=2026-12-24/i=9/l=9/m=9/x=9/s=new/p.txt", b"late\n")
+    run_available_now(spark, inp, out, ck)
+    late = spark.read.format("delta").load(str(out)).where("value = 'late'").drop("offset").collect()
+    assert [tuple(r) for r in late] == [("us", "late", datetime.date(2026, 12, 24), 9, 9, decimal.Decimal(9), 9.0,
+                                         "new")]
+    # One whose value the column's type cannot hold: the query fails naming it; hidden, the query goes on.
+    write(inp / "eu" / "d=2026-12-25/i=ten/l=1/m=1/x=1/s=y/p.txt", b"bad\n")
+    message = error_of(lambda: run_available_now(spark, inp, out, ck))
+    # (a restart: the directories now infer i STRING, and the checkpoint's i is INT)
+    assert "i='ten'" in message and "i INT" in message and "i STRING" in message, message[-2000:]
+    assert ".schema('region STRING, offset BIGINT, value STRING, `d` DATE, `i` INT," in message
+    # Its advice: the old columns given as the schema, then the directory that does not fit them hidden.
+    schema = message.split(".schema('")[1].split("')")[0]
+    message = error_of(lambda: run_available_now(spark, inp, out, ck, schema=schema))
+    assert "its directory i='ten' holds a value that the partition column i (INT" in message, message[-2000:]
+    os.rename(inp / "eu" / "d=2026-12-25", inp / "eu" / ".d=2026-12-25")
+    run_available_now(spark, inp, out, ck, schema=schema)
+    assert spark.read.format("delta").load(str(out)).count() == 10
+
+
+def test_where_regional_reads_partition_and_plain_directories_otherwise_than_spark(spark, tmp_path):
+    """Each deliberate difference (docs/sources/files.md), Spark's side measured here on a region's directory:
+    regional reads every file of a region at any depth, and refuses a layout where Spark drops files, merges
+    columns or replaces the line. Regional's side is decided without a query (the schema ``.load()`` gets)."""
+
+    def layout(name: str, files: dict[str, bytes]) -> Path:
+        for path, data in files.items():
+            write(tmp_path / name / "r" / path, data)
+        return tmp_path / name
+
+    def spark_reads(root: Path) -> tuple[str, list[tuple]]:
+        df = spark.read.text(str(root / "r"))
+        return df.schema.simpleString(), sorted(tuple(r) for r in df.collect())
+
+    def regional_schema(root: Path) -> str:
+        return files.create({"path": str(root)}).decide_schema()
+
+    plain = layout("plain", {"top.txt": b"t\n", "sub/x.txt": b"s\n", "sub/deeper/y.txt": b"y\n"})
+    assert spark_reads(plain) == ("struct<value:string>", [("t",)])  # Spark: sub-directories not read
+    s = files.create({"path": str(plain)})
+    assert s.decide_schema() == "region STRING, offset BIGINT, value STRING" and s.available(0) == {"r": 3}
+    assert [r["value"] for b in s.read("r", 0, 3, s.split("r", 0, 3)) for r in b.to_pylist()] == ["y", "s", "t"]
+    top = layout("top", {"date=2026-11-28/p.txt": b"a\n", "x.txt": b"dropped by Spark\n"})
+    assert spark_reads(top) == ("struct<value:string,date:date>", [("a", datetime.date(2026, 11, 28))])
+    with pytest.raises(RegionalConfigError, match="show different partition directories"):
+        regional_schema(top)  # regional: refused, naming the file Spark drops
+    beside = layout("beside", {"date=2026-11-28/p.txt": b"a\n", "plain/x.txt": b"x\n"})
+    with pytest.raises(Exception, match="CONFLICTING_DIRECTORY_STRUCTURES"):
+        spark_reads(beside)
+    with pytest.raises(RegionalConfigError, match="show different partition directories"):
+        regional_schema(beside)
+    null = layout("null", {"n=__HIVE_DEFAULT_PARTITION__/p.txt": b"a\n"})
+    assert spark_reads(null) == ("struct<value:string,n:void>", [("a", None)])
+    assert regional_schema(null).endswith(", `n` STRING")  # regional: STRING (no table holds void)
+    cased = layout("cased", {"Date=2026-11-28/p.txt": b"a\n", "date=2026-11-29/p.txt": b"b\n"})
+    assert spark_reads(cased)[0].lower() == "struct<value:string,date:date>"  # Spark: one column, either name
+    with pytest.raises(RegionalConfigError, match="give the directories one spelling"):
+        regional_schema(cased)
+    named = layout("named", {"value=1/p.txt": b"a line\n"})
+    assert spark_reads(named) == ("struct<value:int>", [(1,)])  # Spark: the line is gone, replaced by 1
+    with pytest.raises(RegionalConfigError, match="named like regional's own value column"):
+        regional_schema(named)
+    between = layout("between", {"date=2026-11-28/plain/h=1/p.txt": b"a\n"})
+    assert spark_reads(between) == ("struct<value:string,h:int>", [("a", 1)])  # Spark: date dropped
+    assert regional_schema(between).endswith(", `date` DATE, `h` INT")
