@@ -58,3 +58,16 @@ def test_a_total_limit_is_shared_without_exceeding_any_backlog_or_the_total(back
     assert sum(shares.values()) == min(total, sum(backlogs.values()))
     fair = total // len(backlogs) if backlogs else 0
     assert all(shares[r] >= min(backlogs[r], fair) for r in backlogs)  # max-min fair: nobody starves
+
+
+def test_probes_never_read_below_where_the_query_started():
+    """Kafka with startingOffsets=latest: a query that began at offset 1000 never published the records below it, so
+    they are no witnesses. Before, probes before a suspect at 1002 (its failures alone having found no witness) read
+    down to the log's start and could take those records' failures for published records failing now."""
+    settings = Settings(dead_letter_path="/dead", suspects_together=1)
+    state = RegionState(1002, 5, 1, Standing.QUARANTINED, "x", isolating=(1002, 1003), failed_alone_at=1.0,
+                        alone_since=4, alone_waits=9)
+    plan = plan_epoch(6, QUERY, "ck", {"p": state}, {"p": 1010}, settings, first_offsets={"p": 1000})
+    assert plan.probes and min(p.start for p in plan.probes) >= 1000, plan.probes
+    before = [p for p in plan.probes if p.end <= 1002]
+    assert before and before[0].start == 1000  # the records it did publish still testify

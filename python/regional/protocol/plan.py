@@ -217,7 +217,10 @@ def plan_epoch(
                 # in that epoch too): the probes that found one are tried again first.
                 found = state.probe_passed is not None and state.alone_since is not None \
                     and state.probe_passed >= state.alone_since
-                probes[region] = probe_ranges(start, available.get(region, start), log_starts.get(region, 0),
+                # Probes before it read records this query published: none below where it started (Kafka's
+                # startingOffsets=latest) or below what its log still holds.
+                floor = max(log_starts.get(region, 0), first.get(region, 0))
+                probes[region] = probe_ranges(start, available.get(region, start), floor,
                                               sparse, state.poison, state.alone_waits if same and not found else 0)
         if max_per_region is not None:
             end = min(end, start + max_per_region)
