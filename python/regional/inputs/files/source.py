@@ -131,8 +131,12 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
             folder = name.rpartition("/")[0]
             if folder in self._fitting:
                 continue
-            columns.check(region, name, str(self.location), started_empty=not any(
-                f.files for f in self.manifest().values()))
+            try:
+                columns.check(region, name, str(self.location), started_empty=False)
+            except RegionalConfigError:
+                if columns or any(f.files or f.end for f in self.manifest().values()):
+                    raise
+                columns.check(region, name, str(self.location), started_empty=True)  # what to say: restart
             self._fitting.add(folder)
 
     # -- the manifest ------------------------------------------------------------------------------
