@@ -195,3 +195,17 @@ def test_a_checkpoint_from_before_partition_columns_keeps_its_schema(tmp_path):
     with pytest.raises(RegionalConfigError, match="read its files with no partition columns, and the query now "
                                                   "has date DATE"):
         source(inp, ck).available(2)
+
+
+def test_type_inference_off_types_every_column_string_and_bad_values_are_refused(tmp_path):
+    inp = tmp_path / "in"
+    write(inp / "r" / "n=1" / "d=2026-11-28" / "p.txt", b"a\n")
+    assert files.create({"path": str(inp), "partitionColumnTypeInference": "false"}).decide_schema().endswith(
+        ", `n` STRING, `d` STRING")
+    assert files.create({"path": str(inp)}).decide_schema().endswith(", `n` INT, `d` DATE")
+    with pytest.raises(RegionalConfigError, match="must be true or false"):
+        files.create({"path": str(inp), "partitionColumnTypeInference": "no"})
+    with pytest.raises(RegionalConfigError, match="each region's directory is the base path"):
+        from regional.spark.reader import check_read_options
+
+        check_read_options(files.create({"path": str(inp)}), {"basePath": str(inp)})
