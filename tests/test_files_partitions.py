@@ -126,7 +126,8 @@ def test_partition_columns_from_the_start_and_what_a_later_directory_may_be(tmp_
                       ("date=2026-11-30/n=9999999999/p.txt", "partition column n"),  # wider: BIGINT
                       ("date=2026-11-30/p.txt", "shows the partition directories date"),  # a key missing
                       ("date=2026-11-30/n=1/h=1/p.txt", "shows the partition directories date, n, h"),  # a new key
-                      ("top.txt", "shows no partition directory")]:
+                      ("top.txt", "shows no partition directory"),
+                      ("date=/n=1/p.txt", "empty value")]:
         write(inp / "us" / bad, b"x\n")
         with pytest.raises(RegionalConfigError, match=says):
             s.available(2)

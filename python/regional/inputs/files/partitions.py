@@ -182,6 +182,12 @@ class PartitionColumns:
                 "leading '.'), or give .option('recursiveFileLookup', 'true') to a new query to read every file "
                 "without partition columns")
         for (column, kind), (_k, raw) in zip(self.columns, dirs, strict=True):
+            if not raw:
+                raise RegionalConfigError(
+                    f"source=files: {name!r} of region {region!r} under {where}: the partition directory "
+                    f"'{column}=' has an empty value (Spark refuses it too: EMPTY_PARTITION_COLUMN_VALUE). Rename it "
+                    f"(a null value is {column}={NULL_VALUE}, as Spark's writers name it), or hide it with a "
+                    "leading '.'")
             fits = raw == NULL_VALUE or kind == "string" or wider(kind, infer_type(raw, self.typed)) == kind
             if not fits:
                 raise RegionalConfigError(
