@@ -52,6 +52,11 @@ SPARK_TYPES = [
     (["2026-02-30"], "string"), (["%31"], "string"), (["9999999999", "1e3"], "decimal(20,0)"),
     (["1e3", "1.5"], "string"), (["1.5", "2026-11-28"], "string"),
     (["__HIVE_DEFAULT_PARTITION__"], "string"),  # Spark: void (no table holds it); regional: string
+    # BigDecimal's precision minus its scale: 0e3 is DECIMAL(4,0); past 38 digits a DOUBLE (1e5000: Infinity, its
+    # digits counted, never expanded: an INT of 5001 digits failed, and 1e9999999999 hung the driver)
+    (["0e3"], "decimal(4,0)"), (["0e40"], "double"), (["1e5000"], "double"), (["\u0661\u0662\u0663"], "int"),
+    # Spark types TIMESTAMP only yyyy-MM-dd HH:mm:ss[.S]: a "T", or no seconds, is a STRING (not refused)
+    (["2026-11-28T00:00"], "string"), (["2026-11-28 10:00"], "string"), (["2026-11-28T10%3A00%3A00"], "string"),
 ]
 
 
@@ -210,3 +215,17 @@ def test_type_inference_off_types_every_column_string_and_bad_values_are_refused
         from regional.spark.reader import check_read_options
 
         check_read_options(files.create({"path": str(inp)}), {"basePath": str(inp)})
+
+
+def test_a_given_schema_types_the_values_whatever_the_inference_option(tmp_path):
+    """.schema(...) with an INT column and partitionColumnTypeInference=false: Spark casts each value to the given
+    type (SPARK-26188); regional read the option as typing every value STRING and refused n=1 for an INT."""
+    inp = tmp_path / "in"
+    write(inp / "r" / "n=1" / "p.txt", b"a\n")
+    s = files.create({"path": str(inp), "partitionColumnTypeInference": "false"})
+    s.use_schema([("region", "string"), ("offset", "bigint"), ("value", "string"), ("n", "int")])
+    s.use_store(Store(tmp_path / "ck"))
+    assert s.available(0) == {"r": 1} and rows(s, "r", 0, 1) == [{"region": "r", "offset": 0, "value": "a", "n": 1}]
+    write(inp / "r" / "n=x" / "p.txt", b"b\n")
+    with pytest.raises(RegionalConfigError, match="its directory n='x' holds a value"):
+        s.available(1)

@@ -31,7 +31,9 @@ _DECIMAL = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")  # java.math.Big
 _DOUBLE = re.compile(r"[+-]?(NaN|Infinity|(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?[fFdD]?"
                      r"|0[xX]([0-9a-fA-F]+\.?|[0-9a-fA-F]*\.[0-9a-fA-F]+)[pP][+-]?\d+[fFdD]?)", re.ASCII)
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)  # Spark's partition date format, yyyy-MM-dd
-_TIMESTAMP = re.compile(r"\d{4}-\d{1,2}-\d{1,2}[ T]\d{1,2}:\d{1,2}(:\d{1,2}(\.\d*)?)?.*", re.ASCII)
+# What Spark may type TIMESTAMP (its pattern yyyy-MM-dd HH:mm:ss[.S], unescaped), widened to be refused rather
+# than typed STRING where Spark might not; Spark 4.2 measured: a "T", or no seconds, is a STRING.
+_TIMESTAMP = re.compile(r"\d{4}-\d{1,2}-\d{1,2} \d{1,2}:\d{1,2}:\d{1,2}.*", re.ASCII)
 _HEX = re.compile(r"%([0-9a-fA-F]{2})")
 INT_RANGE, LONG_RANGE = 1 << 31, 1 << 63
 
@@ -67,14 +69,15 @@ def infer_type(raw: str, typed: bool) -> str:
             return "int"
         if -LONG_RANGE <= number < LONG_RANGE:
             return "bigint"
-    decimal = _DECIMAL.fullmatch(raw)
-    if decimal:  # BigDecimal(raw) of scale <= 0 (no fraction once the exponent is applied), 38 digits at most
-        mantissa, exponent = decimal.group(1), decimal.group(2)
-        fraction = len(mantissa.split(".")[1]) if "." in mantissa else 0
-        if fraction - int(exponent[1:] if exponent else 0) <= 0:
-            digits = len(str(abs(int(Decimal(raw)))))
-            if digits <= 38:
-                return f"decimal({digits},0)"
+    if _DECIMAL.fullmatch(raw):  # BigDecimal(raw) of scale <= 0 (no fraction once the exponent is applied)
+        # Spark's precision is BigDecimal's minus its scale: the unscaled digits (``0`` is one), then one per power
+        # of ten of the exponent (``0e3`` is DECIMAL(4,0), as in Spark). Counted, never expanded: ``1e9999999999``
+        # is a DOUBLE (Infinity), not ten billion digits in memory.
+        sign_digits_exponent = Decimal(raw).as_tuple()
+        exponent = int(sign_digits_exponent.exponent)
+        digits = len(sign_digits_exponent.digits) + exponent
+        if exponent >= 0 and digits <= 38:  # 38 digits at most (DecimalType's limit)
+            return f"decimal({digits},0)"
     if _java_double(raw) is not None:
         return "double"
     if _TIMESTAMP.fullmatch(unescape(raw)):
@@ -188,7 +191,9 @@ class PartitionColumns:
                     f"'{column}=' has an empty value (Spark refuses it too: EMPTY_PARTITION_COLUMN_VALUE). Rename it "
                     f"(a null value is {column}={NULL_VALUE}, as Spark's writers name it), or hide it with a "
                     "leading '.'")
-            fits = raw == NULL_VALUE or kind == "string" or wider(kind, infer_type(raw, self.typed)) == kind
+            # The value as Spark's inference types it, whatever partitionColumnTypeInference says: a column of
+            # another type than STRING is the user's .schema(...), and Spark casts the value to it.
+            fits = raw == NULL_VALUE or kind == "string" or wider(kind, infer_type(raw, True)) == kind
             if not fits:
                 raise RegionalConfigError(
                     f"source=files: {name!r} of region {region!r} under {where}: its directory "
