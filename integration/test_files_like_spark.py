@@ -458,3 +458,32 @@ def test_where_regional_reads_partition_and_plain_directories_otherwise_than_spa
     between = layout("between", {"date=2026-11-28/plain/h=1/p.txt": b"a\n"})
     assert spark_reads(between) == ("struct<value:string,h:int>", [("a", 1)])  # Spark: date dropped
     assert regional_schema(between).endswith(", `date` DATE, `h` INT")
+
+
+def test_partition_types_at_the_edges_and_a_key_under_a_plain_directory_as_measured(spark, tmp_path):
+    """Spark's side of the types review 59 corrected (docs/sources/files.md): a DECIMAL's precision counts its
+    exponent (0e3), past 38 digits a DOUBLE (1e9999999999: Infinity), a "T" or no seconds is a STRING (not a
+    timestamp, so not refused). And one difference kept: the same key under a plain directory in one file and
+    directly in the region in another, which Spark refuses (CONFLICTING_DIRECTORY_STRUCTURES) and regional reads."""
+
+    def spark_and_regional(name: str, paths: list[str]) -> tuple[str, str]:
+        for path in paths:
+            write(tmp_path / name / "r" / path, b"a\n")
+        try:
+            theirs = spark.read.text(str(tmp_path / name / "r")).schema.simpleString()
+        except Exception as exc:  # Spark's error class is the measurement
+            theirs = str(exc).split("]")[0].lstrip("[")
+        return theirs, files.create({"path": str(tmp_path / name)}).decide_schema().split("value STRING")[1]
+
+    for i, (value, theirs, ours) in enumerate([
+            ("0e3", "decimal(4,0)", "DECIMAL(4,0)"), ("0e40", "double", "DOUBLE"),
+            ("1e9999999999", "double", "DOUBLE"), ("2026-11-28T00:00", "string", "STRING"),
+            ("2026-11-28 10%3A00", "string", "STRING")]):
+        assert spark_and_regional(f"t{i}", [f"n={value}/p.txt"]) == (f"struct<value:string,n:{theirs}>",
+                                                                       f", `n` {ours}"), value
+    assert spark_and_regional("plain", ["n=1/p.txt", "plain/n=2/p.txt"]) == ("CONFLICTING_DIRECTORY_STRUCTURES",
+                                                                              ", `n` INT")
+    s = files.create({"path": str(tmp_path / "plain")})
+    s.decide_schema()
+    assert s.available(0) == {"r": 2}
+    assert sorted(r["n"] for b in s.read("r", 0, 2, s.split("r", 0, 2)) for r in b.to_pylist()) == [1, 2]

@@ -229,3 +229,20 @@ def test_a_given_schema_types_the_values_whatever_the_inference_option(tmp_path)
     write(inp / "r" / "n=x" / "p.txt", b"b\n")
     with pytest.raises(RegionalConfigError, match="its directory n='x' holds a value"):
         s.available(1)
+
+
+def test_a_file_moved_while_its_epoch_runs_keeps_the_values_it_was_planned_with(tmp_path):
+    """Moved between planning and reading (docs/sources/files.md): every attempt of the epoch gives the planned
+    directory's values, even into a directory that does not fit; the next listing then refuses that directory."""
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+    write(inp / "us" / "n=1" / "p.txt", b"a\n")
+    s = source(inp, ck)
+    assert s.available(0) == {"us": 1}
+    split = s.split("us", 0, 1)
+    os.makedirs(inp / "us" / "n=x")
+    os.rename(inp / "us" / "n=1" / "p.txt", inp / "us" / "n=x" / "p.txt")
+    for _attempt in range(2):
+        assert [r for b in s.read("us", 0, 1, split) for r in b.to_pylist()] == [
+            {"region": "us", "offset": 0, "value": "a", "n": 1}]
+    with pytest.raises(RegionalConfigError, match="its directory n='x'"):
+        s.available(1)

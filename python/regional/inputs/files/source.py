@@ -431,7 +431,8 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
                     f"{span.lines} when counted: its offsets [{span.first_offset}, {span.end}) would name other "
                     "records. This is a bug of regional's line counting: report it with the file")
             values: list[pa.Scalar] = []
-            if columns:  # the file's directories, as they are now (a file moved before it was read: its new ones)
+            if columns:  # the directories of the name the epoch was planned with (a file moved since: the same
+                # values on every attempt; moved before the listing that planned it: its new ones)
                 columns.check(region, span.name, str(self.location), started_empty=False)
                 values = [pa.scalar(v, f.type) for v, f in zip(columns.values(span.name), columns.fields(),
                                                                   strict=True)]
