@@ -246,3 +246,56 @@ def test_a_file_moved_while_its_epoch_runs_keeps_the_values_it_was_planned_with(
             {"region": "us", "offset": 0, "value": "a", "n": 1}]
     with pytest.raises(RegionalConfigError, match="its directory n='x'"):
         s.available(1)
+
+
+def test_a_dead_letter_of_a_partitioned_file_carries_its_columns_and_replays_them(tmp_path):
+    """A record of a file in partition directories, dead-lettered (the quarantined read's batches, as the task
+    encodes them) into a real Delta dead-letter table, then read by the replay source: the same columns, types and
+    values, nulls included."""
+    from regional.dead_letters import dead_letter_rows, encode_records
+    from regional.inputs import load_input
+    from regional.targets import dead_letter_target
+
+    inp, ck, table = tmp_path / "in", tmp_path / "ck", str(tmp_path / "dlq")
+    write(inp / "us" / "d=2026-11-28" / "n=1" / "m=1e3" / "x=1.5" / "s=a%20b" / "p.txt", b"a\nb\n")
+    null = "__HIVE_DEFAULT_PARTITION__"
+    write(inp / "us" / f"d={null}" / f"n={null}" / "m=7" / "x=2" / "s=c" / "q.txt", b"c\n")
+    s = source(inp, ck)
+    assert s.available(0) == {"us": 3}
+    for epoch, offset in ((1, 1), (2, 2)):
+        batches = [b for b in s.read("us", offset, offset + 1, s.split("us", offset, offset + 1)) if b.num_rows]
+        dead = dead_letter_rows(encode_records(batches, s.schema), "us", offset, epoch, "ValueError: bad")
+        sink = dead_letter_target(table, "original")
+        sink.commit(epoch, {"us": sink.prepare(epoch, "us", iter(dead.to_batches()))})
+    replayed = load_input({"source": "deadLetters", "path": table})
+    assert replayed.schema_ddl == ("`region` STRING, `offset` BIGINT, `value` STRING, `d` DATE, `n` INT, "
+                                   "`m` DECIMAL(10, 0), `x` DOUBLE, `s` STRING")
+    store = Store(str(tmp_path / "replay"))
+    store.open_query()
+    replayed.use_store(store)
+    replayed.before_splits(0)
+    assert replayed.available(0) == {"us": 3}
+    assert [r for b in replayed.read("us", 0, 3, replayed.split("us", 0, 3)) for r in b.to_pylist()] == [
+        {"region": "us", "offset": 1, "value": "b", "d": datetime.date(2026, 11, 28), "n": 1, "m": Decimal(1000),
+         "x": 1.5, "s": "a b"},
+        {"region": "us", "offset": 2, "value": "c", "d": None, "n": None, "m": Decimal(7), "x": 2.0, "s": "c"}]
+
+
+@pytest.mark.xfail(strict=True, reason="review of issue 59: a partition column named epoch or error (the "
+                   "dead-letter table's own columns) is accepted at .load(), and the query's first dead letter then "
+                   "fails it (dead_letter_rows: 'the source has columns [epoch]'), at every restart; renaming the "
+                   "directory changes the columns, which a restart refuses: only a new query gets out. To decide: "
+                   "refuse such a name when deadLetterPath is given (the reader does not see writeStream's), or "
+                   "always as region/offset/value are, or rename the columns in the dead-letter rows")
+def test_a_partition_column_named_like_a_dead_letter_column_is_refused_at_start_or_dead_letters(tmp_path):
+    from regional.dead_letters import dead_letter_rows, encode_records
+
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+    write(inp / "us" / "epoch=1700000000" / "p.txt", b"a\n")
+    try:
+        s = source(inp, ck)
+    except RegionalConfigError:
+        return  # refused at start, naming the directory: fine
+    assert s.available(0) == {"us": 1}
+    batches = [b for b in s.read("us", 0, 1, s.split("us", 0, 1)) if b.num_rows]
+    dead_letter_rows(encode_records(batches, s.schema), "us", 0, 1, "ValueError: bad")  # raises today
