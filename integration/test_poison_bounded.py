@@ -28,27 +28,36 @@ def bounded(df, out: Path, ck: Path, dlq: Path, **options: str):
     return writer.trigger(availableNow=True).start()
 
 
-# 49 s idle (2026-11-28): about 4 epochs of seconds per bad line, the first ones with suspect back-offs of 1-2 s
-def test_a_bad_file_then_a_good_file_every_bad_line_dead_lettered_by_proof(spark, dirs, tmp_path):
-    """Situation 1: region a gets a file of 2 malformed lines, then a file of 3 good ones; b is healthy. The first
-    bad line has no neighbour that passes nearby (the next is bad too): the good file testifies, from the end of
-    the region. The bounded query ends, each bad line dead-lettered once, every good line published once."""
+# one at a time: 49 s idle (2026-11-28), about 4 epochs of seconds per bad line; as a set: about 60 s
+@pytest.mark.parametrize(("bad", "together", "sets"), [(2, "1", [(0, 1), (1, 1)]), (10, "16", [(0, 10)])],
+                         ids=["one-at-a-time", "as-one-set"])
+def test_a_bad_file_then_a_good_file_every_bad_line_dead_lettered_by_proof(spark, dirs, tmp_path, bad, together,
+                                                                           sets):
+    """Situation 1: region a gets a file of malformed lines, then a file of good ones; b is healthy. The first bad
+    line has no neighbour that passes nearby (the next is bad too): the good file testifies, from the end of the
+    region. The bounded query ends, each bad line dead-lettered once (each row with its own error), every good line
+    published once. One at a time (suspectsTogether=1), each line needs its own proof; with suspectsTogether (issue
+    55), the lines tried alone side by side that failed in every epoch their suspect did go together, in one epoch,
+    on one proof."""
     inp, out, ck = dirs
     dlq = tmp_path / "dead"
-    bad_lines, good_lines = ["a-bad-0", "a-bad-1"], ["a-good-0", "a-good-1", "a-good-2"]
+    bad_lines, good_lines = [f"a-bad-{i}" for i in range(bad)], ["a-good-0", "a-good-1", "a-good-2"]
     add_file(inp, "a", "001.txt", bad_lines)
     add_file(inp, "a", "002.txt", good_lines)
     add_file(inp, "b", "001.txt", ["b-0", "b-1", "b-2"])
     df = regional_stream(spark, inp, ck)
-    query = bounded(df.select("region", "offset", poison_udf(set(bad_lines))("value").alias("value")), out, ck, dlq)
+    query = bounded(df.select("region", "offset", poison_udf(set(bad_lines))("value").alias("value")), out, ck, dlq,
+                    suspectsTogether=together)
     assert query.awaitTermination(240), "the bounded query did not end"
     assert query.exception() is None, query.exception()
-    assert_exactly_once(out, {"a": [(2 + i, v.upper()) for i, v in enumerate(good_lines)],
+    assert_exactly_once(out, {"a": [(bad + i, v.upper()) for i, v in enumerate(good_lines)],
                               "b": [(i, f"B-{i}") for i in range(3)]}, spark)
     letters = dead_letter_rows(dlq)
     assert [(r["region"], r["offset"], r["value"]) for r in letters] == [("a", i, v) for i, v in enumerate(bad_lines)]
-    assert all("ValueError: poison record" in r["error"] for r in letters)
+    assert [r["error"].splitlines()[-1] for r in letters] == [f"ValueError: poison record {v}" for v in bad_lines]
     assert all("onSuspectTimeout" not in r["error"] for r in letters), "proven, not decided by the policy"
+    proven = [(d.offset, d.count) for e in regional.status(ck, epochs=1000).epochs for d in e.dead_lettered.values()]
+    assert proven == sets, proven
 
 
 # 35 s idle (2026-11-28)
@@ -107,28 +116,3 @@ def test_a_region_of_only_bad_records_stops_at_the_bound_then_drains_with_the_de
     assert all("dead-lettered by onSuspectTimeout=deadLetter" in r["error"] for r in letters)
     assert_exactly_once(out, {"b": [(i, f"B-{i}") for i in range(3)]}, spark)
 
-
-def test_a_bad_file_is_proven_poison_as_one_set(spark, dirs, tmp_path):
-    """suspectsTogether (issue 55): region a gets a file of 10 malformed lines, then a file of 4 good ones. Once
-    bisection narrows the failure to a short range, each record is tried alone side by side, and the 10 that failed
-    alone in every epoch their suspect did are dead-lettered together, in one epoch, on one proof: each row with its
-    own error. The good lines, tried alone beside them as witnesses, are published once; b is untouched."""
-    inp, out, ck = dirs
-    dlq = tmp_path / "dead"
-    bad_lines = [f"a-bad-{i}" for i in range(10)]
-    good_lines = [f"a-good-{i}" for i in range(4)]
-    add_file(inp, "a", "001.txt", bad_lines)
-    add_file(inp, "a", "002.txt", good_lines)
-    add_file(inp, "b", "001.txt", ["b-0", "b-1", "b-2"])
-    df = regional_stream(spark, inp, ck)
-    query = bounded(df.select("region", "offset", poison_udf(set(bad_lines))("value").alias("value")), out, ck, dlq)
-    assert query.awaitTermination(240), "the bounded query did not end"
-    assert query.exception() is None, query.exception()
-    assert_exactly_once(out, {"a": [(10 + i, v.upper()) for i, v in enumerate(good_lines)],
-                              "b": [(i, f"B-{i}") for i in range(3)]}, spark)
-    letters = dead_letter_rows(dlq)
-    assert [(r["region"], r["offset"], r["value"]) for r in letters] == [("a", i, v) for i, v in enumerate(bad_lines)]
-    assert [r["error"].splitlines()[-1] for r in letters] == [f"ValueError: poison record {v}" for v in bad_lines]
-    sets = [(e.epoch, d.offset, d.count) for e in regional.status(ck, epochs=1000).epochs
-            for d in e.dead_lettered.values()]
-    assert [(o, n) for _e, o, n in sets] == [(0, 10)], sets
