@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from regional.dead_letters import DEAD_LETTER_COLUMNS, REPLAY_COLUMNS
 from regional.errors import RegionalConfigError
 
 NULL_VALUE = "__HIVE_DEFAULT_PARTITION__"  # Spark's (Hive's) name for a null partition value
@@ -252,6 +253,13 @@ def decide(names: Iterable[tuple[str, str]], typed: bool, where: str) -> Partiti
                         f"source=files: {name!r} of region {region!r} under {where}: the partition directory "
                         f"'{column}=...' would be a column named like regional's own {column.lower()} column "
                         "(Spark's text source would replace its value column with it). Rename the directory")
+                if column.lower() in DEAD_LETTER_COLUMNS + REPLAY_COLUMNS:
+                    # Refused with or without dead letters: a restart may add deadLetterPath, and the columns are
+                    # fixed for the query's life (a dead letter of such a record could never be written).
+                    raise RegionalConfigError(
+                        f"source=files: {name!r} of region {region!r} under {where}: the partition directory "
+                        f"'{column}=...' would be a column named like the dead-letter table's own "
+                        f"{column.lower()} column, so its records could never be dead-lettered. Rename the directory")
                 if lowered.count(column.lower()) > 1:
                     raise RegionalConfigError(
                         f"source=files: {name!r} of region {region!r} under {where} shows the partition column "
