@@ -71,3 +71,18 @@ def test_probes_never_read_below_where_the_query_started():
     assert plan.probes and min(p.start for p in plan.probes) >= 1000, plan.probes
     before = [p for p in plan.probes if p.end <= 1002]
     assert before and before[0].start == 1000  # the records it did publish still testify
+
+
+def test_a_restart_with_a_lower_suspects_together_plans_no_more_members_than_it_allows():
+    """A set of 16 formed under suspectsTogether=16; restarted with 1, its suspect is tried alone (its set shrinks to
+    it at the next failure alone); with 4, at most 3 records beside it and the one after them."""
+    state = RegionState(100, 5, 1, Standing.QUARANTINED, "x", isolating=(100, 101), failed_alone_at=1.0,
+                        alone_since=4, together_to=116)
+
+    def members(together: int) -> list[int]:
+        plan = plan_epoch(6, QUERY, "ck", {"p": state}, {"p": 200},
+                          Settings(dead_letter_path="/dead", suspects_together=together))
+        return [p.start for p in plan.probes if p.isolated]
+
+    assert members(16) == list(range(101, 117))  # the set, and the record after it (its witness)
+    assert members(4) == [101, 102, 103, 104] and members(1) == []  # 3 beside it, and one witness

@@ -208,8 +208,11 @@ def plan_epoch(
                 alone.add(region)
                 # A formed set's members, and the record after them: it passed alone when the set formed (or the
                 # set would be longer), so it is the witness found then, tried again first like any probe that was.
+                # A lowered suspectsTogether (a restart) shrinks a formed set to what it allows (1: none).
+                cap = start + settings.suspects_together + 1 if settings.suspects_together > 1 else start + 1
                 members = range(start + 1, min(start + settings.suspects_together if forms
-                                               else (state.together_to or start) + 1, available.get(region, start)))
+                                               else (state.together_to or start) + 1, cap,
+                                               available.get(region, start)))
                 if members:
                     together[region] = members
                 same = start == state.committed_offset  # else records were lost: its evidence is another record's
