@@ -120,7 +120,14 @@ class FilesInput(RegionInput[list[FileSpan]], StoredInput):
     def _discover(self) -> PartitionColumns:
         if self.partition_dirs:  # recursiveFileLookup: no partition inference, as in Spark
             return PartitionColumns(typed=self.typed_partitions)
-        return decide(self._file_names(), self.typed_partitions, str(self.location))
+        try:
+            names = list(self._file_names())
+        except RegionalConfigError:
+            # The path does not exist yet, or a region directory cannot be a region: the first plan's listing says
+            # so, with regional's own error, as before partition columns; nothing is read until then, so a restart
+            # takes the columns of the files present at it.
+            return PartitionColumns(typed=self.typed_partitions)
+        return decide(names, self.typed_partitions, str(self.location))
 
     def _check_columns(self, region: str, names: Iterable[str]) -> None:
         """Every listed file fits the partition columns (checked once per directory)."""
