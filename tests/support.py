@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from regional.protocol.decide import Outcome, TaskOutcome
 from regional.protocol.plan import EpochPlan
 from regional.targets.base import Target
@@ -76,3 +78,23 @@ def attempt_moments(now: float, task: int, cores: int, attempts: int, task_s: fl
     one after another; the slots start 0.13 s apart, so that windows cut between attempts and between tasks."""
     start = now + (task // cores) * attempts * task_s + (task % cores) * 0.13
     return [start + k * task_s for k in range(attempts)]
+
+
+def write_file(path, data: bytes) -> None:
+    """Write ``data`` at ``path`` whole, as a producer that renames into place does (the files source never sees
+    half of it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def files_source(inp, ck, **options):
+    """A files source on ``inp`` with its store at ``ck``, its columns decided as ``.load()`` decides them."""
+    from regional.inputs import files
+    from regional.store import Store
+
+    s = files.create({"path": str(inp), **options})
+    s.decide_schema()
+    s.use_store(Store(ck))
+    return s

@@ -16,19 +16,8 @@ from regional.inputs import files
 from regional.inputs.files.lines import BOM, CorruptFile, LineFormat, decompress
 from regional.inputs.files.manifest import glob_regex
 from regional.store import EpochKind, EpochRecord, RegionState, Store
-
-
-def write(path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp"
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def source(inp, ck, **options):
-    s = files.create({"path": str(inp), **options})
-    s.use_store(Store(ck))
-    return s
+from support import files_source as source
+from support import write_file as write
 
 
 def commit(ck, epoch, committed):

@@ -17,20 +17,8 @@ from regional.inputs.files.manifest import SCHEMA
 from regional.inputs.files.partitions import decide, infer_type, unescape
 from regional.store import EpochKind, EpochRecord, RegionState, Store, source_log
 from regional.store import files as store_files
-
-
-def write(path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp"
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def source(inp, ck, **options):
-    s = files.create({"path": str(inp), **options})
-    s.decide_schema()  # as .load() does
-    s.use_store(Store(ck))
-    return s
+from support import files_source as source
+from support import write_file as write
 
 
 def rows(s, region, start, end):
