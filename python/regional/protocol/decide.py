@@ -149,12 +149,10 @@ def upstream_partitions(plan: EpochPlan, outcomes: Mapping[str, RegionOutcome]) 
     """The Spark partitions whose attempts failed upstream of the sink: quarantined regions, and the members
     (``suspectsTogether``) that failed alone. Their failure records say why (``with_failure_causes``)."""
     found = [i for i, rr in enumerate(plan.regions) if outcomes[rr.region].status in UPSTREAM]
-    for i, rr in enumerate(plan.probes, start=len(plan.regions)):
-        outcome = outcomes.get(rr.region)
-        if rr.isolated and outcome is not None and any(
-                m.offset == rr.start and m.status is Outcome.DEAD_LETTERED for m in outcome.members):
-            found.append(i)
-    return found
+    failed = {(region, m.offset) for region, o in outcomes.items() for m in o.members
+              if m.status is Outcome.DEAD_LETTERED}
+    return found + [i for i, rr in enumerate(plan.probes, start=len(plan.regions))
+                    if rr.isolated and (rr.region, rr.start) in failed]
 
 
 def _checked(plan: EpochPlan, i: int, rr: RegionRange, task: TaskOutcome | None) -> RegionOutcome:
