@@ -5,7 +5,10 @@ its own: the integration run's SparkSession has no Kafka connector, and a sessio
 
 ``spec.json``: ``{"runs": [{"out": dir, "ck": dir, "options": {...}}]}``. Each run is one Trigger.AvailableNow query
 of ``spark.readStream.format("kafka")`` with those options into parquet at ``out``; the file ``<out>.result`` then
-says ``ok`` or the query's error. The connector's jars come from Maven Central once (``regional.testing.maven``).
+says ``ok`` or the query's error. A run with ``"sink": {"read": {...}, "exprs": [...], "write": {...}}`` is Spark's
+Kafka *sink* instead: a batch read of Kafka (``read``'s options), ``selectExpr(*exprs)``, written with
+``df.write.format("kafka")`` (``write``'s options), the writer Spark's streaming Kafka sink runs too. The
+connector's jars come from Maven Central once (``regional.testing.maven``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,15 @@ def main(spec_path: str) -> None:
             for key, value in run["options"].items():
                 reader = reader.option(key, value)
             result = Path(run["out"] + ".result")
+            if "sink" in run:
+                sink = run["sink"]
+                try:
+                    (spark.read.format("kafka").options(**sink["read"]).load().selectExpr(*sink["exprs"])
+                     .write.format("kafka").options(**sink["write"]).save())
+                    result.write_text("ok")
+                except Exception as exc:
+                    result.write_text(f"failed: {exc}")
+                continue
             try:
                 query = (reader.load().writeStream.format("parquet").option("path", run["out"])
                          .option("checkpointLocation", run["ck"]).trigger(availableNow=True).start())

@@ -50,18 +50,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from regional import failpoints
 from regional.dead_letters import decode_records, encode_records
-from regional.errors import RegionalConfigError, RegionalError, RegionalStoreError
-from regional.kafka_group import committed
+from regional.errors import RegionalConfigError, RegionalError
 from regional.options import Option, OptionTable
 from regional.protocol.settings import parse_int
 from regional.targets.base import EpochReport, Target
+from regional.targets.kafka.transaction import SIZE_TOO_LARGE, EpochTransaction, queue
 
 log = logging.getLogger("regional.kafka")
-client_log = logging.getLogger("regional.kafka.client")  # librdkafka's own lines: quiet (inputs.kafka sets it)
-if client_log.level == logging.NOTSET:
-    client_log.setLevel(logging.CRITICAL)
 
 PRODUCER_PREFIX = "deadletter.kafka."
 HEADER = "regional."
@@ -125,6 +121,8 @@ class DeadLetterTopic(Target[str]):
             raise RegionalConfigError("deadLetter.topic.replicationFactor must be at least 1 (or -1: the brokers' "
                                       "default.replication.factor)")
         self.timeout_s = parse_int(opts, "deadLetter.timeoutMs", minimum=1, default="60000") / 1000
+        self.transaction = EpochTransaction(self.transactional_id, self._conf, query_id, self.timeout_s,
+                                            failpoint="dead_letters")
 
     def __repr__(self) -> str:  # never the producer's settings
         return f"DeadLetterTopic({self.topic!r}, brokers={self.bootstrap!r})"
@@ -144,14 +142,10 @@ class DeadLetterTopic(Target[str]):
                                       f"{exc}") from None
 
     def _producer_conf(self) -> dict[str, Any]:
-        return {**self._conf, "transactional.id": self.transactional_id, "enable.idempotence": True,
-                "logger": client_log}
+        return self.transaction.producer_conf()
 
     def _consumer_conf(self) -> dict[str, Any]:
-        # The producer's settings reach the brokers the same way (security, SASL); librdkafka ignores the
-        # producer-only ones in a consumer.
-        return {**self._conf, "group.id": self.group, "enable.auto.commit": False,
-                "isolation.level": "read_committed", "logger": client_log}
+        return self.transaction.consumer_conf()
 
     # -- staging, on the driver before the intent ------------------------------------------------------
 
@@ -166,66 +160,34 @@ class DeadLetterTopic(Target[str]):
         """Produce ``epoch``'s dead letters and the marker in one transaction; nothing if the marker covers it."""
         if not handles:
             return
-        from confluent_kafka import KafkaException, Producer
+        from confluent_kafka import KafkaException
 
         records = [record for region in sorted(handles) for record in self.records_of(epoch, handles[region])]
-        producer = consumer = None
-        try:
-            producer = Producer(self._producer_conf())
-            producer.init_transactions(self.timeout_s)  # fences a zombie of this query; settles its transaction
-            consumer = _consumer(self._consumer_conf())
-            done = self.marked_epoch(consumer)
-            if done is not None and done > epoch:  # the store is behind the topic: restored, or copied
-                raise RegionalStoreError(
-                    f"{self._where()} already holds this query's dead letters up to epoch {done}, but its store is "
-                    f"at epoch {epoch}: the checkpoint was restored from a backup or copied (the copy has the same "
-                    "query id). Its dead letters would be skipped: start the query on a new checkpointLocation")
-            if done == epoch:
-                log.warning("regional: epoch %d's %d dead letter(s) are already in %s (marker of epoch %d): not "
-                            "produced again", epoch, len(records), self._where(), done)
-                return
-            self._ensure_topic()
-            producer.begin_transaction()
-            failed: list[str] = []
-            for key, value, headers in records:
-                producer.produce(self.topic, value=value, key=key, headers=headers,
-                                 on_delivery=lambda err, _msg: failed.append(str(err)) if err else None)
-            producer.flush(self.timeout_s)
-            if failed:
-                size = " (too large: raise the topic's max.message.bytes and deadLetter.kafka.message.max.bytes)" \
-                    if any("SIZE_TOO_LARGE" in f for f in failed) else ""
-                raise KafkaDeadLetterError(f"{self._where()} refused epoch {epoch}'s dead letters: {failed[0]}{size}")
-            failpoints.reach("dead_letters_produced", epoch)
-            from confluent_kafka import TopicPartition
 
-            marker = TopicPartition(self.topic, 0, epoch + 1,
-                                    metadata=json.dumps({"epoch": epoch, "query": self.query_id}))
-            producer.send_offsets_to_transaction([marker], consumer.consumer_group_metadata(), self.timeout_s)
-            producer.commit_transaction(self.timeout_s)
+        def produce(producer: Any, failures: list[str]) -> int:
+            for key, value, headers in records:
+                queue(producer, failures, self.topic, value, key, headers, None, self.timeout_s)
+            return len(records)
+
+        try:
+            sent = self.transaction.produce_once(epoch, self.topic, self._where(), produce, before=self._ensure_topic)
         except (KafkaException, BufferError) as exc:
-            _abort_quietly(producer)
-            size = (" A dead letter is larger than the producer or topic takes: raise the topic's max.message.bytes "
-                    "and deadLetter.kafka.message.max.bytes." if "SIZE_TOO_LARGE" in str(exc) else "")
+            text = str(exc)
             raise KafkaDeadLetterError(
-                f"{self._where()}: epoch {epoch}'s {len(records)} dead letter(s) could not be produced ({exc}). The "
-                "epoch is not recorded; the next start produces them, once." + (size or " Check that the brokers are "
-                "up and take this query's transactions")) from None
-        finally:
-            if consumer is not None:
-                consumer.close()
-        log.info("regional: epoch %d: %d dead letter(s) produced to %s", epoch, len(records), self._where())
+                f"{self._where()}: epoch {epoch}'s {len(records)} dead letter(s) could not be produced ({text}). The "
+                "epoch is not recorded; the next start produces them, once." + (
+                    " A dead letter is larger than the producer or topic takes: raise the topic's max.message.bytes "
+                    "and deadLetter.kafka.message.max.bytes." if SIZE_TOO_LARGE in text else
+                    " Check that the brokers are up and take this query's transactions")) from None
+        if sent:
+            log.info("regional: epoch %d: %d dead letter(s) produced to %s", epoch, len(records), self._where())
 
     def abort(self, epoch: int, handles: dict[str, str]) -> None:
         """Nothing: the handles hold the rows themselves, and nothing is staged outside the epoch's transaction."""
 
     def marked_epoch(self, consumer: Any) -> int | None:
         """The last epoch whose dead letters this query committed to the topic (the marker group's offset - 1)."""
-        from confluent_kafka import KafkaException, TopicPartition
-
-        [tp] = committed(consumer, [TopicPartition(self.topic, 0)], self.timeout_s)
-        if tp.error is not None:
-            raise KafkaException(tp.error)
-        return tp.offset - 1 if tp.offset >= 0 else None
+        return self.transaction.marked_epoch(consumer, self.topic)
 
     def _ensure_topic(self) -> None:
         """Create the topic if it is missing (Kafka Connect creates its dead-letter topics too)."""
@@ -318,20 +280,3 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, (datetime.datetime, datetime.date)):
         return value.isoformat()
     return str(value)
-
-
-def _consumer(conf: Mapping[str, Any]) -> Any:
-    from confluent_kafka import Consumer
-
-    return Consumer(dict(conf))
-
-
-def _abort_quietly(producer: Any) -> None:
-    """A failed transaction is aborted now if the producer still can; otherwise the next ``init_transactions``
-    (or the broker's transaction timeout) aborts it."""
-    if producer is None:
-        return
-    try:
-        producer.abort_transaction(5)
-    except Exception:  # not in a transaction, fenced, or the brokers are gone: the next start settles it
-        pass

@@ -122,21 +122,29 @@ class _Collect(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-IGNORED = "will be ignored by this consumer instance"
-
-
-def ignored_by_consumer(conf: Mapping[str, object]) -> list[str]:
-    """librdkafka's own word on ``conf`` (a consumer's configuration, without ``logger``): the properties it would
-    ignore in a consumer (its CONFWARN lines, logged when the client is built and delivered by ``close()``)."""
-    from confluent_kafka import Consumer
+def ignored_by(kind: str, conf: Mapping[str, object]) -> list[str]:
+    """librdkafka's own word on ``conf`` (a ``kind`` client's configuration: "consumer" or "producer", without
+    ``logger``): the properties it would ignore in such a client (its CONFWARN lines, "will be ignored by this
+    <kind> instance", logged when the client is built and delivered when it is dropped)."""
+    from confluent_kafka import Consumer, Producer
 
     collect = _Collect()
     logger = logging.Logger("regional.kafka.conf-check")  # not registered: nothing else sees these lines
     logger.addHandler(collect)
-    consumer = Consumer({**conf, "logger": logger})
-    consumer.close()
+    if kind == "consumer":
+        Consumer({**conf, "logger": logger}).close()
+    else:
+        producer = Producer({**conf, "logger": logger})
+        producer.flush(0)
+        del producer  # its log lines are delivered as it is destroyed
+    ignored = f"will be ignored by this {kind} instance"
     found = []
     for line in collect.lines:
-        if IGNORED in line and "Configuration property " in line:
+        if ignored in line and "Configuration property " in line:
             found.append(line.split("Configuration property ", 1)[1].split(" ", 1)[0])
     return found
+
+
+def ignored_by_consumer(conf: Mapping[str, object]) -> list[str]:
+    """The properties of ``conf`` librdkafka would ignore in a consumer (:func:`ignored_by`)."""
+    return ignored_by("consumer", conf)

@@ -1,0 +1,148 @@
+"""target=kafka's rows as Kafka records: the columns Spark's Kafka sink takes, checked as Spark checks them, and
+what makes one row a record Kafka will refuse (its own fault, so the row is dead-lettered, never the epoch).
+
+Columns (Spark's): ``value`` (string or binary, required; null: a tombstone), ``key`` (string or binary),
+``headers`` (``array<struct<key: string, value: binary>>``), ``topic`` (string; the ``topic`` option wins over
+it), ``partition`` (int; null or absent: the partitioner on the key). Other columns are ignored, as Spark
+ignores them. A staged slice holds exactly these five, as ``STAGED``: strings as their UTF-8 bytes.
+
+Pure: no Kafka client, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from regional.errors import RegionalConfigError
+from regional.targets.base import RowsInvalid
+
+HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())]))
+STAGED = pa.schema([pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("headers", HEADERS),
+                    pa.field("topic", pa.string()), pa.field("partition", pa.int32())])
+BATCH_OVERHEAD = 61  # a v2 record batch's header: the broker checks max.message.bytes against the whole batch
+
+
+def check_columns(schema: pa.Schema, topic_option: str | None) -> None:
+    """At start, on the driver: the query's columns as Spark's Kafka sink checks them (its messages)."""
+    names = schema.names
+    if "value" not in names:
+        raise RegionalConfigError("target=kafka: Required attribute 'value' not found (as Spark's Kafka sink): "
+                                  "select a 'value' column (string or binary)")
+    for name in ("value", "key"):
+        if name in names and not _text_or_bytes(schema.field(name).type):
+            raise RegionalConfigError(f"target=kafka: {name} attribute type must be a string or binary (it is "
+                                      f"{schema.field(name).type}): cast it, e.g. col('{name}').cast('string')")
+    if "topic" in names and not _text(schema.field("topic").type):
+        raise RegionalConfigError(f"target=kafka: topic attribute type must be a string (it is "
+                                  f"{schema.field('topic').type})")
+    if topic_option is None and "topic" not in names:
+        raise RegionalConfigError("target=kafka: topic option required when no 'topic' attribute is present: add "
+                                  ".option('topic', ...) or a 'topic' column")
+    if "partition" in names and not pa.types.is_int32(schema.field("partition").type):
+        raise RegionalConfigError(f"target=kafka: partition attribute type must be an int (it is "
+                                  f"{schema.field('partition').type}): cast it, e.g. col('partition').cast('int')")
+    if "headers" in names and not _headers_type(schema.field("headers").type):
+        raise RegionalConfigError(f"target=kafka: headers attribute type must be array<struct<key: string, value: "
+                                  f"binary>> (it is {schema.field('headers').type})")
+
+
+def staged_batch(batch: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch:
+    """``batch`` (the query's columns) as ``STAGED``: the topic option over the column, strings as bytes."""
+    rows = batch.num_rows
+
+    def column(name: str, kind: pa.DataType) -> pa.Array:
+        if name not in batch.schema.names:
+            return pa.nulls(rows, kind)
+        values = batch.column(name)
+        if kind == pa.binary() and not pa.types.is_binary(values.type):
+            return pc.cast(values, pa.binary())  # string -> its UTF-8 bytes, as Spark's sink writes it
+        return values.cast(kind) if values.type != kind else values
+
+    topic = pa.array([topic_option] * rows, pa.string()) if topic_option is not None else column("topic", pa.string())
+    return pa.RecordBatch.from_arrays([column("key", pa.binary()), column("value", pa.binary()),
+                                       column("headers", HEADERS), topic, column("partition", pa.int32())],
+                                      schema=STAGED)
+
+
+@dataclass(frozen=True)
+class TopicFacts:
+    partitions: int
+    max_batch_bytes: int  # the topic's max.message.bytes (what the broker takes per record batch)
+
+
+def refusal(batch: pa.RecordBatch, topics: Mapping[str, TopicFacts], max_message_bytes: int,
+            compressed: bool) -> RowsInvalid | None:
+    """Why Kafka would refuse a row of ``batch`` (``STAGED``), as the first such row's own fault, or None.
+    ``topics``: every topic the batch names; ``max_message_bytes``: the producer's ``message.max.bytes``."""
+    topic_col = batch.column("topic")
+    if topic_col.null_count:
+        row = topic_col.to_pylist().index(None)
+        return RowsInvalid(f"null topic present in the data (row {row} of the slice). Use the topic option for "
+                           "setting a topic (Spark's Kafka sink refuses it the same way)")
+    headers = batch.column("headers").to_pylist()
+    for i, (topic, key, value, partition) in enumerate(_rows(batch)):
+        facts = topics[topic]
+        if partition is not None and not 0 <= partition < facts.partitions:
+            return RowsInvalid(f"partition {partition} of topic {topic!r} does not exist (it has {facts.partitions} "
+                               "partitions): Kafka refuses the record")
+        pairs = headers[i] or []
+        if any(h["key"] is None for h in pairs):
+            return RowsInvalid("a header with a null key: Kafka refuses the record (header keys are strings)")
+        payload = len(key or b"") + len(value or b"") + sum(len(h["key"].encode()) + len(h["value"] or b"")
+                                                             for h in pairs)
+        size = batch_bytes(key, value, pairs)
+        if payload > max_message_bytes or (not compressed and size > facts.max_batch_bytes):
+            return RowsInvalid(
+                f"a record of {size:,} bytes for topic {topic!r} is larger than Kafka takes (the producer's "
+                f"message.max.bytes {max_message_bytes:,}; the topic's max.message.bytes {facts.max_batch_bytes:,}): "
+                "RecordTooLargeException. Raise the topic's max.message.bytes and kafka.max.request.size, or make "
+                "the record smaller")
+    return None
+
+
+def _rows(batch: pa.RecordBatch) -> Iterator[tuple[str, bytes | None, bytes | None, int | None]]:
+    yield from zip(batch.column("topic").to_pylist(), batch.column("key").to_pylist(),
+                   batch.column("value").to_pylist(), batch.column("partition").to_pylist(), strict=True)
+
+
+def batch_bytes(key: bytes | None, value: bytes | None, headers: list[dict[str, object]]) -> int:
+    """The bytes of a v2 record batch holding this one record, uncompressed (KIP-98's format): what the broker
+    compares with the topic's ``max.message.bytes`` when the record is alone in its batch."""
+    body = 1 + 1 + 1  # attributes, timestamp delta 0, offset delta 0
+    body += _field(key) + _field(value) + _varint_size(len(headers))
+    for header in headers:
+        body += _field(str(header["key"]).encode()) + _field(header["value"])  # type: ignore[arg-type]
+    return BATCH_OVERHEAD + _varint_size(body) + body
+
+
+def _field(data: bytes | None) -> int:
+    return 1 if data is None else _varint_size(len(data)) + len(data)  # null: length -1, one byte
+
+
+def _varint_size(n: int) -> int:
+    zigzag = (n << 1) ^ (n >> 63)
+    size = 1
+    while zigzag >= 0x80:
+        zigzag >>= 7
+        size += 1
+    return size
+
+
+def _text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def _text_or_bytes(kind: pa.DataType) -> bool:
+    return _text(kind) or pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+
+
+def _headers_type(kind: pa.DataType) -> bool:
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not pa.types.is_struct(kind.value_type):
+        return False
+    fields = {f.name: f.type for f in kind.value_type}
+    return (set(fields) == {"key", "value"} and _text(fields["key"])
+            and (pa.types.is_binary(fields["value"]) or pa.types.is_large_binary(fields["value"])))

@@ -1,0 +1,241 @@
+"""``target=kafka``: the two-phase committer (the package's docstring says how it works).
+
+In each region's task: ``prepare`` (check the rows against the topics' metadata, stage them as one Arrow file).
+On the driver: ``open`` (the columns, the producer's settings), ``commit`` (produce the published regions' staged
+rows and the marker in one transaction), ``abort`` and ``sweep`` (remove staged files).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from regional.errors import RegionalConfigError, RegionalError, RegionalStoreError
+from regional.ids import encode_region
+from regional.storage import Storage, open_storage
+from regional.targets.base import EpochReport, Target, require_query_id
+from regional.targets.kafka.records import STAGED, TopicFacts, check_columns, refusal, staged_batch
+from regional.targets.kafka.settings import (
+    KafkaTargetSettings,
+    check_producer,
+    parse_settings,
+    producer_settings,
+)
+from regional.targets.kafka.transaction import EpochTransaction, client_log, failure_hint, queue
+
+log = logging.getLogger("regional.kafka")
+
+DEFAULT_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's message.max.bytes
+DEFAULT_TOPIC_MAX_BYTES = 1_048_588  # a broker's message.max.bytes, a topic's max.message.bytes by default
+JAVA_PARTITIONER = "murmur2_random"  # Java's default partitioner on a key (Spark's sink), in librdkafka
+
+
+class KafkaTargetError(RegionalError):
+    """The brokers did not take an epoch's records: the epoch is not recorded, and the next start produces them
+    (once)."""
+
+
+def transactional_id(query_id: str) -> str:
+    return f"regional-{query_id}-kafka"
+
+
+class KafkaTarget(Target[dict[str, Any] | None]):
+    """Rows to Kafka topics, exactly once per region for ``read_committed`` consumers."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        try:
+            import confluent_kafka  # noqa: F401
+        except ImportError:
+            raise RegionalConfigError("target=kafka needs confluent-kafka: pip install "
+                                      "'pyspark-regional[kafka]'") from None
+        # The producer's settings are kept apart from self.options, which a Target shows: they may hold secrets.
+        self._conf = producer_settings(options)
+        super().__init__({k: v for k, v in options.items() if not k.startswith("kafka.")})
+        self.settings: KafkaTargetSettings = parse_settings(options)
+        self.query_id = require_query_id("kafka", options)
+        self._conf["bootstrap.servers"] = self.settings.bootstrap
+        self._conf.setdefault("partitioner", JAVA_PARTITIONER)
+        self.transaction = EpochTransaction(transactional_id(self.query_id), self._conf, self.query_id,
+                                            self.settings.timeout_s, failpoint="kafka")
+        self._storage: Storage | None = None
+
+    def __repr__(self) -> str:  # never the producer's settings
+        return f"KafkaTarget(brokers={self.settings.bootstrap!r}, topic={self.settings.topic!r})"
+
+    def _where(self) -> str:
+        topic = f"topic={self.settings.topic} " if self.settings.topic else ""
+        return f"target=kafka ({topic}kafka.bootstrap.servers={self.settings.bootstrap})"
+
+    @property
+    def storage(self) -> Storage:
+        if self._storage is None:
+            self._storage = open_storage(self.settings.staging)
+        return self._storage
+
+    # -- on the driver, before each epoch's tasks ----------------------------------------------------------
+
+    def open(self, schema: pa.Schema) -> None:
+        check_columns(schema, self.settings.topic)
+        check_producer(self._conf)
+
+    def location(self) -> str | None:
+        return None
+
+    # -- phase one, in a Spark task ------------------------------------------------------------------------
+
+    def prepare(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> dict[str, Any] | None:
+        """Check the region's rows and stage them as one Arrow file; None when it has no rows."""
+        facts = _Metadata(self._conf, self.settings.timeout_s)
+        name = f"{epoch}/{encode_region(region)}-{uuid.uuid4().hex[:12]}.arrow"
+        writer = None
+        sink = None
+        rows, topics = 0, set[str]()
+        try:
+            for batch in batches:
+                staged = staged_batch(batch, self.settings.topic)
+                if staged.num_rows == 0:
+                    continue
+                self._check(staged, facts)
+                if writer is None:
+                    sink = self.storage.open_writer(name)
+                    writer = pa.ipc.new_stream(sink, STAGED)
+                writer.write_batch(staged)
+                rows += staged.num_rows
+                topics.update(t for t in staged.column("topic").to_pylist() if t is not None)
+            if writer is None:
+                return None
+            writer.close()
+            assert sink is not None
+            sink.close()
+        except BaseException:
+            if sink is not None:
+                self.storage.discard(sink)
+            raise
+        return {"file": name, "rows": rows, "topics": sorted(topics)}
+
+    def probe(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> None:
+        """Whether Kafka would take these rows: checked, never staged."""
+        facts = _Metadata(self._conf, self.settings.timeout_s)
+        for batch in batches:
+            staged = staged_batch(batch, self.settings.topic)
+            if staged.num_rows:
+                self._check(staged, facts)
+
+    def _check(self, staged: pa.RecordBatch, facts: _Metadata) -> None:
+        names = {t for t in staged.column("topic").to_pylist() if t is not None}
+        refused = refusal(staged, {t: facts.topic(t) for t in names}, facts.message_max_bytes,
+                          compressed=self._conf.get("compression.type", self._conf.get("compression.codec", "none"))
+                          not in ("none", ""))
+        if refused is not None:
+            raise refused
+
+    # -- phase two, on the driver --------------------------------------------------------------------------
+
+    def commit(self, epoch: int, handles: dict[str, dict[str, Any] | None],
+               report: EpochReport | None = None) -> None:
+        """Produce the handles' staged rows and the marker in one transaction; nothing if the marker covers it."""
+        staged = {region: h for region, h in handles.items() if h}
+        if not staged:
+            return
+        from confluent_kafka import KafkaException
+
+        marker_topic = min(t for h in staged.values() for t in h["topics"])
+        produced = 0
+
+        def produce(producer: Any, failures: list[str]) -> int:
+            nonlocal produced
+            for region in sorted(staged):
+                produced += self._produce_region(producer, failures, epoch, region, staged[region])
+            return produced
+
+        try:
+            sent = self.transaction.produce_once(epoch, marker_topic, self._where(), produce)
+        except (KafkaException, BufferError) as exc:
+            text = str(exc)
+            raise KafkaTargetError(
+                f"{self._where()}: epoch {epoch}'s {sum(h['rows'] for h in staged.values()):,} record(s) could not "
+                f"be produced ({text}). The epoch is not recorded; the next start produces them, once."
+                + failure_hint(text)) from None
+        if sent:
+            log.info("regional: epoch %d: %d record(s) of %d region(s) produced to %s", epoch, produced,
+                     len(staged), self._where())
+
+    def _produce_region(self, producer: Any, failures: list[str], epoch: int, region: str,
+                        handle: dict[str, Any]) -> int:
+        data = self.storage.read(handle["file"])
+        if data is None:
+            raise RegionalStoreError(
+                f"epoch {epoch}: region {region!r}'s staged rows ({self.storage.describe(handle['file'])}) are "
+                "missing: stagingLocation must be one place the executors and the driver both reach (a shared or "
+                "object-store path), and nothing may remove it while the query runs. The epoch is not recorded")
+        table = pa.ipc.open_stream(data).read_all()
+        if table.num_rows != handle["rows"]:
+            raise RegionalStoreError(f"epoch {epoch}: region {region!r}'s staged file holds {table.num_rows} rows "
+                                     f"where its task staged {handle['rows']}: the staging area was changed")
+        timeout = self.settings.timeout_s
+        for batch in table.to_batches():
+            columns = [batch.column(n).to_pylist() for n in ("topic", "value", "key", "headers", "partition")]
+            for topic, value, key, headers, partition in zip(*columns, strict=True):
+                pairs = [(h["key"], h["value"]) for h in headers] if headers else None
+                queue(producer, failures, topic, value, key, pairs, partition, timeout)
+        return table.num_rows
+
+    def abort(self, epoch: int, handles: dict[str, dict[str, Any] | None]) -> None:
+        """Remove staged files that will never be produced."""
+        for handle in handles.values():
+            if handle:
+                self.storage.delete(handle["file"])
+
+    def sweep(self, up_to_epoch: int) -> None:
+        """Remove what recorded epochs staged: produced, or never to be (dead tasks and drivers leave files)."""
+        for info in self.storage.list("", recursive=False):
+            name = info.name.rstrip("/")
+            if name.isdigit() and int(name) <= up_to_epoch:
+                self.storage.delete_tree(name)
+
+
+class _Metadata:
+    """In a task: the facts about the topics its rows go to, asked of the brokers once per topic. A broker that
+    cannot be reached fails the task (the region falls back: an outage), never the rows."""
+
+    def __init__(self, conf: dict[str, Any], timeout_s: float) -> None:
+        self._conf, self._timeout = conf, timeout_s
+        self._topics: dict[str, TopicFacts] = {}
+        self._client: Any = None
+        self.message_max_bytes = int(conf.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
+
+    def topic(self, name: str) -> TopicFacts:
+        if name not in self._topics:
+            self._topics[name] = self._ask(name)
+        return self._topics[name]
+
+    def _ask(self, name: str) -> TopicFacts:
+        from confluent_kafka import KafkaError, KafkaException, Producer
+        from confluent_kafka.admin import AdminClient, ConfigResource
+
+        if self._client is None:  # a producer's metadata request creates the topic where the brokers allow it
+            self._client = Producer({k: v for k, v in self._conf.items() if k != "transactional.id"}
+                                    | {"logger": client_log})
+        metadata = self._client.list_topics(name, timeout=self._timeout)
+        found = metadata.topics.get(name)
+        if found is None or found.error is not None:
+            code = found.error.code() if found is not None and found.error is not None else None
+            why = ("is not authorized for this principal" if code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+                   else "does not exist (and the brokers do not create topics on first use)")
+            raise KafkaTargetError(f"target=kafka: topic {name!r} {why}: create it, or grant this principal access; "
+                                   "the region falls back until then")
+        admin = AdminClient({k: v for k, v in self._conf.items()
+                             if k in ("bootstrap.servers",) or k.startswith(("security.", "sasl.", "ssl."))}
+                            | {"logger": client_log})
+        try:
+            configs = admin.describe_configs([ConfigResource("topic", name)])
+            [future] = configs.values()
+            entry = future.result(self._timeout).get("max.message.bytes")
+            max_bytes = int(entry.value) if entry is not None and entry.value else DEFAULT_TOPIC_MAX_BYTES
+        except KafkaException:  # not allowed to describe: the brokers' default
+            max_bytes = DEFAULT_TOPIC_MAX_BYTES
+        return TopicFacts(len(found.partitions), max_bytes)

@@ -1,0 +1,169 @@
+"""One epoch's records produced to Kafka exactly once: one transaction, with a commit marker inside it.
+
+Shared by ``target=kafka`` and the dead-letter topic (``regional.targets.kafka_topic``). Kafka Streams' idea:
+
+1. ``init_transactions`` under the query's transactional id. It fences every older producer of that id (a zombie
+   driver of the same checkpoint: its next call fails, its open transaction never commits) and settles the
+   transaction it left: aborted, unless it was already committing, when it completes.
+2. The marker is read: the committed offset of the marker group (named after the query) on partition 0 of the
+   marker topic, read stably (a pending transactional commit is waited for). Offset ``e + 1`` says epoch ``e``'s
+   transaction committed. So a restart knows at once, without waiting for ``transaction.timeout.ms``: the epoch it
+   finishes is produced again only if the marker does not cover it.
+3. The epoch's records are produced in a new transaction, and the marker (``epoch + 1``) is committed *in the same
+   transaction* (``send_offsets_to_transaction``): the records and the marker become visible together or never.
+
+KIP-939 (a transaction prepared by one producer and committed by another: the tasks would produce, the driver
+commit) is not in librdkafka; without it, the records must be produced by the producer that commits, on the driver.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from regional import failpoints
+from regional.errors import RegionalError, RegionalStoreError
+from regional.kafka_group import committed
+
+log = logging.getLogger("regional.kafka")
+client_log = logging.getLogger("regional.kafka.client")  # librdkafka's own lines: quiet (inputs.kafka sets it)
+if client_log.level == logging.NOTSET:
+    client_log.setLevel(logging.CRITICAL)
+
+SIZE_TOO_LARGE = "SIZE_TOO_LARGE"
+
+# What ``produce`` reports: the delivery errors of the records it queued (the first few are enough to say why).
+Produce = Callable[[Any, list[str]], int]
+
+
+class EpochTransaction:
+    """The transactional id, marker group and clients of one query's epochs into one Kafka place."""
+
+    def __init__(self, transactional_id: str, settings: Mapping[str, Any], query_id: str, timeout_s: float,
+                 failpoint: str) -> None:
+        self.transactional_id = self.group = transactional_id
+        self.failpoint = failpoint  # the crash tests' names of the steps: <failpoint>_produced, ...
+        self.query_id = query_id
+        self.timeout_s = timeout_s
+        self._settings = dict(settings)  # may hold credentials: never logged, never stored
+
+    def producer_conf(self) -> dict[str, Any]:
+        return {**self._settings, "transactional.id": self.transactional_id, "enable.idempotence": True,
+                "logger": client_log}
+
+    def consumer_conf(self) -> dict[str, Any]:
+        # The producer's settings reach the brokers the same way (security, SASL); the producer-only ones are left
+        # out (librdkafka would log that it ignores them).
+        from regional.inputs.kafka.client_settings import PRODUCER_ONLY
+
+        common = {k: v for k, v in self._settings.items() if k not in PRODUCER_ONLY and k != "message.max.bytes"}
+        return {**common, "group.id": self.group, "enable.auto.commit": False, "isolation.level": "read_committed",
+                "logger": client_log}
+
+    def marked_epoch(self, consumer: Any, marker_topic: str) -> int | None:
+        """The last epoch whose transaction committed into ``marker_topic`` (the marker group's offset - 1)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        [tp] = committed(consumer, [TopicPartition(marker_topic, 0)], self.timeout_s)
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+        return tp.offset - 1 if tp.offset >= 0 else None
+
+    def produce_once(self, epoch: int, marker_topic: str, where: str, produce: Produce,
+                     before: Callable[[], None] | None = None) -> bool:
+        """Steps 1 to 3 for ``epoch``: ``produce(producer, failures)`` queues the records; ``before`` runs once the
+        marker says they are not in yet. False when they were already (nothing produced). Raises KafkaException or
+        BufferError from the brokers, after aborting what it began; ``RegionalStoreError`` when the marker is past
+        ``epoch`` (the store is behind the topic)."""
+        from confluent_kafka import KafkaException, Producer, TopicPartition
+
+        producer = consumer = None
+        try:
+            producer = Producer(self.producer_conf())
+            producer.init_transactions(self.timeout_s)  # fences a zombie of this query; settles its transaction
+            consumer = _consumer(self.consumer_conf())
+            done = self.marked_epoch(consumer, marker_topic)
+            if done is not None and done > epoch:  # the store is behind the topic: restored, or copied
+                raise RegionalStoreError(
+                    f"{where} already holds this query's records up to epoch {done}, but its store is at epoch "
+                    f"{epoch}: the checkpoint was restored from a backup or copied (the copy has the same query id). "
+                    "Its records would be skipped: start the query on a new checkpointLocation")
+            if done == epoch:
+                log.warning("regional: epoch %d is already in %s (marker of epoch %d): not produced again", epoch,
+                            where, done)
+                return False
+            if before is not None:
+                before()
+            producer.begin_transaction()
+            failures: list[str] = []
+            produce(producer, failures)
+            left = producer.flush(self.timeout_s)
+            if left:
+                failures.append(f"{left} record(s) not delivered within timeoutMs ({self.timeout_s:g} s)")
+            if failures:
+                raise KafkaException(failures[0])
+            failpoints.reach(f"{self.failpoint}_produced", epoch)
+            marker = TopicPartition(marker_topic, 0, epoch + 1,
+                                    metadata=json.dumps({"epoch": epoch, "query": self.query_id}))
+            producer.send_offsets_to_transaction([marker], consumer.consumer_group_metadata(), self.timeout_s)
+            failpoints.reach(f"{self.failpoint}_before_commit", epoch)
+            producer.commit_transaction(self.timeout_s)
+            failpoints.reach(f"{self.failpoint}_committed", epoch)
+            return True
+        except (KafkaException, BufferError, RegionalError):
+            _abort_quietly(producer)
+            raise
+        finally:
+            if consumer is not None:
+                consumer.close()
+
+
+def queue(producer: Any, failures: list[str], topic: str, value: bytes | None, key: bytes | None,
+          headers: list[tuple[str, str | bytes | None]] | None, partition: int | None, timeout_s: float) -> None:
+    """One record into ``producer``'s queue; a full queue is drained (delivery reports served) until it takes it."""
+    import time
+
+    def report(err: Any, _msg: Any) -> None:
+        if err is not None and len(failures) < 10:
+            failures.append(str(err))
+
+    deadline = None
+    while True:
+        try:
+            if partition is None:
+                producer.produce(topic, value=value, key=key, headers=headers, on_delivery=report)
+            else:
+                producer.produce(topic, value=value, key=key, headers=headers, partition=partition,
+                                 on_delivery=report)
+            return
+        except BufferError:
+            deadline = deadline or time.monotonic() + timeout_s
+            if time.monotonic() > deadline:
+                raise
+            producer.poll(0.05)
+
+
+def failure_hint(text: str) -> str:
+    """What to do about a failure the brokers reported, in a sentence."""
+    if SIZE_TOO_LARGE in text or "TOO_LARGE" in text:
+        return " A record is larger than the producer or topic takes: raise the topic's max.message.bytes."
+    return " Check that the brokers are up and take this query's transactions."
+
+
+def _consumer(conf: Mapping[str, Any]) -> Any:
+    from confluent_kafka import Consumer
+
+    return Consumer(dict(conf))
+
+
+def _abort_quietly(producer: Any) -> None:
+    """A failed transaction is aborted now if the producer still can; otherwise the next ``init_transactions``
+    (or the broker's transaction timeout) aborts it."""
+    if producer is None:
+        return
+    try:
+        producer.abort_transaction(5)
+    except Exception:  # not in a transaction, fenced, or the brokers are gone: the next start settles it
+        pass
