@@ -369,3 +369,30 @@ def test_zero_padding_after_gzip_data_is_read_other_trailing_bytes_fail_naming_t
     assert decompress("gzip", gzip.compress(b"a\nb\n") + b"\0" * 512) == b"a\nb\n"
     with pytest.raises(CorruptFile, match="not valid gzip data"):
         decompress("gzip", gzip.compress(b"a\n") + b"garbage")
+
+
+@pytest.mark.parametrize("ext", [".gz", ".bz2", ".zst", ".deflate", ".lz4", ".snappy", ".ZST"])
+def test_an_empty_compressed_file_holds_no_records_and_wholetext_of_compressed_nothing_is_one(ext, tmp_path):
+    """Found by the random inputs against spark.read.text (integration/files_generator.py, issue 59): a file of 0
+    bytes named as a compressed file is no records in Spark, whatever its codec (regional refused an empty .zst
+    as corrupt, failing the query); with wholetext=true, a compressed file whose content is empty is one empty
+    record in Spark (its bytes on disk are not none), and regional read none."""
+    import bz2
+    import zlib
+
+    import zstandard
+
+    inp, ck = tmp_path / "in", tmp_path / "ck"
+    write(inp / "r" / f"empty{ext}", b"")
+    s = source(inp, ck)
+    assert s.available(0) == {"r": 0}
+    packed = {".gz": gzip.compress(b""), ".bz2": bz2.compress(b""), ".deflate": zlib.compress(b""),
+              ".zst": zstandard.ZstdCompressor().compress(b""), ".ZST": zstandard.ZstdCompressor().compress(b"")}
+    if ext in packed:
+        inp2, ck2 = tmp_path / "in2", tmp_path / "ck2"
+        write(inp2 / "r" / f"nothing{ext}", packed[ext])
+        write(inp2 / "r" / f"zero{ext}", b"")
+        whole = source(inp2, ck2, wholetext="true")
+        assert whole.available(0) == {"r": 1}
+        assert read_all(whole, "r", 0, 1) == [""]
+        assert source(inp2, tmp_path / "ck3").available(0) == {"r": 0}  # lines: none, as Spark

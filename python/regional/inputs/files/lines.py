@@ -11,7 +11,8 @@
   empty last record.
 - A UTF-8 byte-order mark at the start of a file is dropped (elsewhere it is part of the line), as Hadoop's
   ``LineRecordReader`` does.
-- ``wholetext``: a file is one record.
+- ``wholetext``: a file is one record; a file of no bytes, none; a compressed file of no content, one empty
+  record (as Spark: it counts the file's bytes on disk, not its content).
 - Bytes that are not UTF-8 read as U+FFFD, one for each malformed sequence Java's UTF-8 decoder replaces (what
   Spark's strings show): as Python's ``errors="replace"``, except that a UTF-8-encoded surrogate (``ED A0 80``) is
   one U+FFFD, not three.
@@ -147,12 +148,18 @@ class LineFormat:
         if codec is None:
             return len(raw), self.count(raw), short_digest(h), None
         data = decompress(codec, raw)
-        return len(raw), self.count(data), short_digest(h), (len(data), short_digest(hashlib.sha256(data)))
+        lines = 1 if self.wholetext and raw else self.count(data)
+        return len(raw), lines, short_digest(h), (len(data), short_digest(hashlib.sha256(data)))
 
     def decoded(self, name: str, raw: bytes) -> pa.Array:
         """In the task: the records of a file whose bytes are ``raw``."""
         codec = None if self.legacy else codec_of(name, self.rules)
-        return self.records(raw if codec is None else decompress(codec, raw))
+        if codec is None:
+            return self.records(raw)
+        data = decompress(codec, raw)
+        if self.wholetext and raw and not data:  # a compressed file of nothing is one empty record, as in Spark
+            return pa.array([""], pa.string())
+        return self.records(data)
 
 
 LEGACY = LineFormat(legacy=True)
@@ -287,7 +294,10 @@ def _utf8_as_arrow(data: bytes, start: int, end: int) -> pa.Array | None:
 
 def decompress(codec: str, raw: bytes) -> bytes:
     """``raw`` decompressed as Hadoop's codec for ``codec`` reads it (concatenated gzip members, bzip2 and zstd
-    streams included); ``CorruptFile`` if it does not decompress."""
+    streams included); ``CorruptFile`` if it does not decompress. An empty file holds nothing, whatever its
+    extension (as Hadoop's codecs read it; zstd's decoder alone refused it)."""
+    if not raw:
+        return b""
     try:
         if codec == "gzip":
             return gzip.decompress(raw)
