@@ -46,8 +46,9 @@ def check_columns(schema: pa.Schema, topic_option: str | None) -> None:
         raise RegionalConfigError(f"target=kafka: partition attribute type must be an int (it is "
                                   f"{schema.field('partition').type}): cast it, e.g. col('partition').cast('int')")
     if "headers" in names and not _headers_type(schema.field("headers").type):
-        raise RegionalConfigError(f"target=kafka: headers attribute type must be array<struct<key: string, value: "
-                                  f"binary>> (it is {schema.field('headers').type})")
+        raise RegionalConfigError(f"target=kafka: headers attribute type must be an array of structs of a string 'key' "
+                                  f"and a binary 'value', as the Kafka source gives them (it is "
+                                  f"{schema.field('headers').type})")
 
 
 def staged_batch(batch: pa.RecordBatch, topic_option: str | None) -> pa.RecordBatch:
