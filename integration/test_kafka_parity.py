@@ -6,7 +6,9 @@ Spark's types and column order, for every starting point.
 The topics: keys and null keys, values and tombstones, headers with duplicate keys, null and empty values, records
 without headers, explicit CreateTime timestamps, a LogAppendTime topic, committed and aborted transactions (read
 committed and uncommitted), several partitions, and topics a subscribePattern finds: a user topic named ``__...``, a
-name the pattern matches only in part, and Kafka's internal ``__transaction_state``.
+name the pattern matches only in part, and Kafka's internal ``__transaction_state``. Issue 59's third pass: a
+compacted topic (offsets with gaps, read a few offsets an epoch), and maxOffsetsPerTrigger over twelve partitions with
+uneven backlogs, where the two sources split the limit differently (docs/sources/kafka.md).
 """
 
 from __future__ import annotations
@@ -28,11 +30,17 @@ from deltalake import DeltaTable
 
 from integration.conftest import ROOT
 from regional.kafka_group import RETRIABLE_GROUP_ERRORS
+from regional.protocol.plan import share_read_limit
 from regional.testing.kafka_broker import KafkaBroker
 
 BASE = f"par{os.getpid()}"
 ADV, LOG_APPEND = f"{BASE}.adv", f"{BASE}.logappend"
 PATTERN_TOPICS = {f"{BASE}-pat.a": 3, f"__{BASE}-pat.b": 2, f"{BASE}-pat.a.more": 2}
+# Issue 59, third pass: a compacted topic (offsets with gaps), and twelve partitions with uneven backlogs read with
+# maxOffsetsPerTrigger=LIMIT (how each source splits the limit).
+COMPACTED, UNEVEN = f"{BASE}.compacted", f"{BASE}.uneven"
+BACKLOGS = [200, 5, 5, 5, 50, 50, 0, 1, 100, 30, 3, 2]
+LIMIT = 60
 # CreateTime of the first plain record of each partition, the i-th T0 + i s: an hour ago (older records would be
 # deleted by the broker's 7-day retention, which goes by their timestamps)
 T0 = (int(time.time()) - 3600) * 1000
@@ -71,6 +79,42 @@ def produce_transactions(broker: KafkaBroker, topic: str) -> None:
         (producer.commit_transaction if commit else producer.abort_transaction)(60)
 
 
+def compact(broker: KafkaBroker, topic: str) -> None:
+    """Records with 6 keys over 3 partitions, in segments that roll every 100 ms (a record after the roll time
+    closes the segment), so the log cleaner (asked to look every 200 ms) removes all but the last of each key in
+    the closed segments: most offsets become gaps."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    # The broker's cleaner otherwise sleeps 15 s between looks (a dynamic broker setting: no restart).
+    done = broker.admin().incremental_alter_configs([ConfigResource(
+        ConfigResource.Type.BROKER, "1", incremental_configs=[ConfigEntry(
+            "log.cleaner.backoff.ms", "200", incremental_operation=AlterConfigOpType.SET)])])
+    for future in done.values():
+        future.result(30)
+    broker.create_topic(topic, 3, {"cleanup.policy": "compact", "segment.ms": "100",
+                                   "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "0",
+                                   "min.compaction.lag.ms": "0"})
+    producer = broker.producer()
+    for round_ in range(6):
+        for p in range(3):
+            for i in range(6):
+                tombstone = i == 0 and round_ == 4  # a tombstone of key k0 (compaction drops what came before)
+                producer.produce(topic, partition=p, key=f"k{i}".encode(),
+                                 value=None if tombstone else f"r{round_}-{p}-{i}".encode())
+        assert producer.flush(30) == 0
+        time.sleep(0.25)  # past segment.ms: the next record rolls the segment
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for p in range(3):  # closes the segment
+            producer.produce(topic, partition=p, key=b"k5", value=f"roll-{p}".encode())
+        assert producer.flush(30) == 0
+        records = broker.records(topic, "read_uncommitted")
+        if all(len(r) < (r[-1][0] + 1) // 2 for r in records.values()):  # compacted: most offsets are gaps
+            return
+        time.sleep(1)
+    raise AssertionError(f"the broker did not compact {topic} within 60 s: {broker.records(topic)}")
+
+
 @pytest.fixture(scope="module")
 def topics(kafka: KafkaBroker) -> KafkaBroker:
     kafka.create_topic(ADV, 3)
@@ -82,6 +126,15 @@ def topics(kafka: KafkaBroker) -> KafkaBroker:
     produce_plain(kafka, LOG_APPEND, 2, 5, "l", stamped=False)
     for topic, count in PATTERN_TOPICS.items():
         produce_plain(kafka, topic, 1, count, topic)
+    if "compacted" in RUNS:
+        compact(kafka, COMPACTED)
+    if "uneven" in RUNS:
+        kafka.create_topic(UNEVEN, len(BACKLOGS))
+        producer = kafka.producer()
+        for p, n in enumerate(BACKLOGS):
+            for i in range(n):
+                producer.produce(UNEVEN, partition=p, key=f"k{i}".encode(), value=f"u-{p}-{i}".encode())
+        assert producer.flush(30) == 0
     # a consumer group's commit makes sure __consumer_offsets exists too
     group = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"{BASE}-g"})
     try:
@@ -119,12 +172,15 @@ RUNS: dict[str, dict[str, str]] = {
     "pattern_java": {"subscribePattern": rf"\Q{BASE}-pat.\E(a|b)\z|^__(transaction_state|consumer_offsets)$",
                      "startingOffsets": "earliest"},
     "latest": {"subscribe": ALL, "startingOffsets": "latest", "includeHeaders": "true"},
+    # a compacted topic read 7 offsets an epoch: ranges that start and end in its gaps (issue 59, third pass)
+    "compacted": {"subscribe": COMPACTED, "startingOffsets": "earliest", "maxOffsetsPerTrigger": "7"},
+    "uneven": {"subscribe": UNEVEN, "startingOffsets": "earliest", "maxOffsetsPerTrigger": str(LIMIT)},
 }
 # REGIONAL_KAFKA_PARITY_RUNS=a,b: only those runs (to check a fix against older code quickly). By default the
 # campaign (REGIONAL_CAMPAIGN=1) runs all; the README's test command, within CI's time, one run per case of issue 47
 # (transactions and headers, both timestamp starts, patterns with __ topics), and the columns' check.
 CI_RUNS = ["earliest_committed", "timestamp", "by_timestamp_latest", "pattern", "timestamp_no_match_error",
-           "json_offsets", "pattern_java"]
+           "json_offsets", "pattern_java", "compacted", "uneven"]
 ONLY = [n for n in os.environ.get("REGIONAL_KAFKA_PARITY_RUNS", "").split(",") if n] or (
     [] if os.environ.get("REGIONAL_CAMPAIGN") == "1" else CI_RUNS)
 RUNS = {n: o for n, o in RUNS.items() if not ONLY or n in ONLY}
@@ -288,3 +344,90 @@ def test_no_record_at_a_starting_timestamp_fails_both_by_default(results: Path):
     regional_result = (results / "timestamp_no_match_error" / "regional.result").read_text()
     assert stock_result.startswith("failed") and "No offset matched" in stock_result, stock_result[:500]
     assert regional_result.startswith("failed") and "startingOffsetsByTimestampStrategy=latest" in regional_result
+
+
+def same_records(work: Path, name: str) -> list[dict[str, Any]]:
+    assert (work / name / "stock.result").read_text() == "ok", (work / name / "stock.result").read_text()[:2000]
+    want, want_types = stock_rows(work / name / "stock")
+    got, got_types = regional_rows(work / name / "regional")
+    assert got_types == want_types
+    assert len(got) == len(want), (len(got), len(want))
+    assert ordered(got) == ordered(want)
+    return want
+
+
+def everything(broker: KafkaBroker, topic: str) -> list[tuple[str, int, bytes | None]]:
+    """What a plain consumer reads of the topic, every partition to its end: (region, offset, value)."""
+    return sorted((r, o, v) for r, records in broker.records(topic, "read_uncommitted").items() for o, v in records)
+
+
+@pytest.mark.skipif("compacted" not in RUNS, reason="not among REGIONAL_KAFKA_PARITY_RUNS")
+def test_a_compacted_topic_every_remaining_record_once_as_sparks_source_reads_it(results: Path, topics):
+    """Offsets with gaps (compaction removed most of the log), read 7 offsets an epoch: ranges that start and end
+    in gaps (some hold no record at all) neither stall nor lose nor double a record."""
+    rows = same_records(results, "compacted")
+    want = everything(topics, COMPACTED)
+    assert sorted((f"{r['topic']}-{r['partition']}", r["offset"], r["value"]) for r in rows) == want
+    offsets = [o for r, o, _ in want if r == f"{COMPACTED}-0"]
+    assert offsets[-1] + 1 > 2 * len(offsets), offsets  # gaps: most of the log was compacted away
+    assert b"r0-0-0" not in {v for _, _, v in want}  # compacted away
+
+
+def spark_batches(out: Path) -> list[dict[int, int]]:
+    """Spark's file sink's log (``_spark_metadata/<batch>``, one JSON line per file after the version) tells which
+    files each batch wrote: records per partition, batch by batch."""
+    batches = []
+    log = out / "_spark_metadata"
+    for batch in sorted(int(p.name) for p in log.iterdir() if p.name.isdigit()):
+        lines = (log / str(batch)).read_text().splitlines()[1:]
+        counts: dict[int, int] = {}
+        for line in lines:
+            path = Path(json.loads(line)["path"].removeprefix("file:"))
+            for p in pq.read_table(path, columns=["partition"]).column("partition").to_pylist():
+                counts[p] = counts.get(p, 0) + 1
+        batches.append(counts)
+    return batches
+
+
+def regional_epochs(out: Path, topic: str) -> list[dict[int, int]]:
+    """regional's Delta table version by version (an epoch a version): records per partition each epoch added."""
+    table = DeltaTable(str(out))
+    epochs: list[dict[int, int]] = []
+    before: dict[int, int] = {}
+    for version in range(1, table.version() + 1):
+        table.load_as_version(version)
+        now: dict[int, int] = {}
+        for p in table.to_pyarrow_table(columns=["partition"]).column("partition").to_pylist():
+            now[p] = now.get(p, 0) + 1
+        epochs.append({p: n - before.get(p, 0) for p, n in now.items() if n > before.get(p, 0)})
+        before = now
+    return epochs
+
+
+@pytest.mark.skipif("uneven" not in RUNS, reason="not among REGIONAL_KAFKA_PARITY_RUNS")
+def test_max_offsets_per_trigger_over_twelve_uneven_partitions_split_as_documented(results: Path, topics):
+    """Both read every record once. Spark splits each batch's limit in proportion to each partition's backlog
+    (a share below one offset rounded up, so a batch may pass the limit by a few); regional shares it max-min
+    fairly (small backlogs whole, the rest evenly), never past the limit: docs/sources/kafka.md."""
+    rows = same_records(results, "uneven")
+    assert [len([r for r in rows if r["partition"] == p]) for p in range(len(BACKLOGS))] == BACKLOGS
+    stock = spark_batches(results / "uneven" / "stock")
+    mine = regional_epochs(results / "uneven" / "regional", UNEVEN)
+    for name, batches in (("stock", stock), ("regional", mine)):
+        per_partition = {p: sum(b.get(p, 0) for b in batches) for p in range(len(BACKLOGS))}
+        assert list(per_partition.values()) == BACKLOGS, (name, batches)
+    total = sum(BACKLOGS)
+    # Spark's first batch: limit * backlog / total, rounded down (up when below one)
+    first = {p: (int(LIMIT * n / total) if LIMIT * n / total >= 1 else 1) for p, n in enumerate(BACKLOGS) if n}
+    assert stock[0] == first, stock[0]
+    # regional's epochs: each the max-min fair share of what is left, at most the limit
+    left = dict(enumerate(BACKLOGS))
+    for epoch in mine:
+        assert sum(epoch.values()) <= LIMIT, mine
+        shares = share_read_limit({str(p): n for p, n in left.items() if n}, LIMIT)
+        assert epoch == {int(p): n for p, n in shares.items() if n}, (epoch, left)
+        for p, n in epoch.items():
+            left[p] -= n
+    assert not any(left.values())
+    assert mine[0] == {0: 8, 1: 5, 2: 5, 3: 5, 4: 8, 5: 8, 7: 1, 8: 8, 9: 7, 10: 3, 11: 2}, mine[0]
+    assert len(mine) == -(-total // LIMIT), len(mine)  # full epochs until the end: nothing held back
