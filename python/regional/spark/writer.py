@@ -178,7 +178,7 @@ def check_dead_letter_topic(topic: str, query_id: str, options: Mapping[str, str
 
 # What writeStream takes besides its target's own options and regional's settings.
 WRITE_OPTIONS = OptionTable("the regional sink", [
-    Option("target", "required", "`delta`, `postgres` or `python:<module>:<Class>`."),
+    Option("target", "required", "`delta`, `postgres`, `kafka` or `python:<module>:<Class>`."),
     Option("keepRegionColumns", "false", "Write the `region` and `offset` columns to the target too."),
 ])
 

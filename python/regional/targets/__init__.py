@@ -1,4 +1,4 @@
-"""Targets: one module per target (``delta``, ``postgres``, ``python_class``), each a ``base.Target``.
+"""Targets: one module per target (``delta``, ``postgres``, ``kafka``, ``python_class``), each a ``base.Target``.
 
 ``load_target`` builds the one a sink's options name; ``dead_letter_target`` the sink of a query's dead
 letters: a Delta table at ``deadLetterPath`` or a Kafka topic, ``deadLetterTopic`` (``kafka_topic``); a
@@ -36,7 +36,7 @@ def load_target(options: Mapping[str, str]) -> Target[Any]:
         return python_class.load(name, dict(options))
     module = find_plugin("regional.targets", name)
     if module is None:
-        raise RegionalConfigError(f"unknown target {name!r}: use target=delta, target=postgres or "
+        raise RegionalConfigError(f"unknown target {name!r}: use target=delta, target=postgres, target=kafka or "
                                   "target=python:<module>:<Class>")
     return python_class.as_target(name, module.create(dict(options)), dict(options))
 
