@@ -22,16 +22,17 @@ from pyspark.sql import functions as F
 
 import regional
 
-TARGETS = {"delta": "delta", "python": "python:regional.testing.committer:EpochFilesTarget", "postgres": "postgres"}
+TARGETS = {"delta": "delta", "python": "python:regional.testing.committer:EpochFilesTarget", "postgres": "postgres",
+           "kafka": "kafka"}
 
 
 @dataclass(frozen=True)
 class Query:
     source: str  # files | kafka
-    target: str  # delta | python | postgres
+    target: str  # delta | python | postgres | kafka
     checkpoint: str
     input: str  # the files source's directory, or the Kafka topic
-    out: str = ""  # the Delta table's or the committer's directory
+    out: str = ""  # the Delta table's or the committer's directory; the output topic of target=kafka
     bootstrap: str = ""
     url: str = ""  # PostgreSQL
     table: str = ""
@@ -68,11 +69,18 @@ def run(q: Query) -> None:
     value = F.col("value").cast("string")
     mapped = faulty(q.slow_s, q.outages)(value) if q.udf_faults else F.upper(value)
     df = df.select("region", "offset", mapped.alias("value"))
+    if q.target == "kafka":  # each record names its input (kafka_landed); a region keyed to one partition
+        df = df.select("region", "offset", "value", F.col("region").alias("key"), F.array(
+            F.struct(F.lit("region").alias("key"), F.col("region").cast("binary").alias("value")),
+            F.struct(F.lit("offset").alias("key"), F.col("offset").cast("string").cast("binary").alias("value")),
+        ).alias("headers"))
     writer = (df.writeStream.format("regional").option("checkpointLocation", q.checkpoint)
               .option("keepRegionColumns", "true").option("target", "python:reliability.faults:Flaky")
               .option("inner", TARGETS[q.target]).option("failShare", str(q.fail_share)))
     if q.target == "postgres":
         writer = writer.option("url", q.url).option("table", q.table)
+    elif q.target == "kafka":
+        writer = writer.option("topic", q.out).option("kafka.bootstrap.servers", q.bootstrap)
     else:
         writer = writer.option("path", q.out)
     if q.dead_letters:

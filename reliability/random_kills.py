@@ -13,12 +13,20 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from regional.store import Store
-from regional.testing.exactly_once import Landed, Report, check, delta_landed, epoch_files_landed, postgres_landed
+from regional.testing.exactly_once import (
+    Landed,
+    Report,
+    check,
+    delta_landed,
+    epoch_files_landed,
+    kafka_landed,
+    postgres_landed,
+)
 from regional.testing.killable import run_killable
 from reliability.child import Query
 
@@ -33,6 +41,8 @@ EPOCH_WINDOW_S = 3.0
 # next epochs, and kill it there.
 PHASE_TWO_SHARE = 0.3
 PHASE_TWO_STEPS = ("before_publish", "before_record")  # the series have no dead letters: the steps between
+# target=kafka's own steps inside its transaction: produced (not committed), committed (the epoch not recorded yet)
+KAFKA_STEPS = ("kafka_produced", "kafka_committed")
 
 
 @dataclass
@@ -152,6 +162,9 @@ def run_series(target: str, source: str, trials: int, seed: int, workdir: Path, 
                   out=out, bootstrap=broker.bootstrap if broker else "",
                   url=postgres.url if postgres else "", table=f"kills_{name}", fail_share=fail_share,
                   s3_endpoint=s3.endpoint if s3 is not None else "")
+    if target == "kafka":
+        query = replace(query, out=f"kills-out.{name}")
+        broker.create_topic(query.out, REGIONS)
     if target == "postgres":
         with postgres.connect() as conn:  # no primary key: a row written twice must show, not be refused
             conn.execute(f'CREATE TABLE {query.table} (region text, "offset" bigint, value text)')
@@ -165,7 +178,8 @@ def run_series(target: str, source: str, trials: int, seed: int, workdir: Path, 
         before = len(store.epochs())
         aimed = None
         if rng.random() < PHASE_TWO_SHARE:
-            aimed = f"{rng.choice(PHASE_TWO_STEPS)}:{max(store.epochs(), default=-1) + 1 + rng.randint(0, 2)}"
+            steps = PHASE_TWO_STEPS + (KAFKA_STEPS if target == "kafka" else ())
+            aimed = f"{rng.choice(steps)}:{max(store.epochs(), default=-1) + 1 + rng.randint(0, 2)}"
         in_start = aimed is None and rng.random() < START_SHARE
         delay = rng.uniform(0, START_WINDOW_S if in_start else EPOCH_WINDOW_S)
         armed = None if in_start else (lambda: len(store.epochs()) > before)  # noqa: B023 (used at once)
@@ -197,6 +211,8 @@ def _reader(query: Query, postgres: Any) -> Callable[[], list[Landed]]:
         return lambda: delta_landed(query.out) if Path(query.out, "_delta_log").exists() else []
     if query.target == "python":
         return lambda: epoch_files_landed(query.out) if Path(query.out).exists() else []
+    if query.target == "kafka":
+        return lambda: kafka_landed(query.bootstrap, query.out)
 
     def read() -> list[Landed]:
         with postgres.connect() as conn:

@@ -46,7 +46,7 @@ from benchmarks.sections import markers, write_section  # noqa: E402
 
 from reliability.random_kills import EPOCH_WINDOW_S, PHASE_TWO_SHARE, START_SHARE, START_WINDOW_S, Series, run_series  # noqa: E402
 
-TARGETS = ("delta", "python", "postgres", "delta-s3")
+TARGETS = ("delta", "python", "postgres", "kafka", "delta-s3")
 S3_LEASE_TTL_S = "10"  # a killed driver's lease holds up the next start this long (the default is 30 s)
 SOURCES = ("files", "kafka")
 CHECKS = ["integration/test_standalone_cluster.py", "tests/test_store_fuzz.py", "integration/test_bad_input.py",
