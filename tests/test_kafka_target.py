@@ -135,3 +135,14 @@ def test_a_one_record_batchs_size_follows_kafkas_record_format():
     assert batch_bytes(b"k", b"vv", []) == 61 + 1 + (3 + 2 + 3 + 1)
     # 100 and the body of 111 are two-byte varints (zigzag doubles them)
     assert batch_bytes(b"", b"x" * 100, [{"key": "h", "value": b"1"}]) == 61 + 2 + (3 + 1 + 2 + 100 + 1 + 2 + 2)
+
+
+def test_sweep_removes_the_staged_files_of_recorded_epochs_only(tmp_path):
+    target = load_target({**BASE, "checkpointlocation": str(tmp_path / "ck")})
+    staging = tmp_path / "ck" / "kafka-staging"
+    for epoch in (3, 4, 5):
+        (staging / str(epoch)).mkdir(parents=True)
+        (staging / str(epoch) / "r-a.arrow").write_bytes(b"x")
+    target.sweep(4)
+    assert sorted(p.name for p in staging.iterdir()) == ["5"]
+    assert (staging / "5" / "r-a.arrow").exists()

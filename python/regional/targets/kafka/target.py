@@ -30,6 +30,7 @@ from regional.targets.kafka.transaction import EpochTransaction, client_log, fai
 log = logging.getLogger("regional.kafka")
 
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000  # librdkafka's message.max.bytes
+DEFAULT_BATCH_SIZE = 1_000_000  # librdkafka's batch.size
 DEFAULT_TOPIC_MAX_BYTES = 1_048_588  # a broker's message.max.bytes, a topic's max.message.bytes by default
 JAVA_PARTITIONER = "murmur2_random"  # Java's default partitioner on a key (Spark's sink), in librdkafka
 
@@ -115,7 +116,10 @@ class KafkaTarget(Target[dict[str, Any] | None]):
             if sink is not None:
                 self.storage.discard(sink)
             raise
-        return {"file": name, "rows": rows, "topics": sorted(topics)}
+        # The smallest max.message.bytes of its topics: the driver's producer batches no more than that per request
+        # (librdkafka fills a batch up to batch.size, a topic refuses a batch larger than its max.message.bytes).
+        return {"file": name, "rows": rows, "topics": sorted(topics),
+                "maxBatchBytes": min(facts.topic(t).max_batch_bytes for t in topics)}
 
     def probe(self, epoch: int, region: str, batches: Iterator[pa.RecordBatch]) -> None:
         """Whether Kafka would take these rows: checked, never staged."""
@@ -128,8 +132,7 @@ class KafkaTarget(Target[dict[str, Any] | None]):
     def _check(self, staged: pa.RecordBatch, facts: _Metadata) -> None:
         names = {t for t in staged.column("topic").to_pylist() if t is not None}
         refused = refusal(staged, {t: facts.topic(t) for t in names}, facts.message_max_bytes,
-                          compressed=self._conf.get("compression.type", self._conf.get("compression.codec", "none"))
-                          not in ("none", ""))
+                          compressed=self._compressed())
         if refused is not None:
             raise refused
 
@@ -153,7 +156,8 @@ class KafkaTarget(Target[dict[str, Any] | None]):
             return produced
 
         try:
-            sent = self.transaction.produce_once(epoch, marker_topic, self._where(), produce)
+            sent = self.transaction.produce_once(epoch, marker_topic, self._where(), produce,
+                                                 settings=self._batch_settings(staged))
         except (KafkaException, BufferError) as exc:
             text = str(exc)
             raise KafkaTargetError(
@@ -163,6 +167,23 @@ class KafkaTarget(Target[dict[str, Any] | None]):
         if sent:
             log.info("regional: epoch %d: %d record(s) of %d region(s) produced to %s", epoch, produced,
                      len(staged), self._where())
+
+    def _batch_settings(self, staged: dict[str, dict[str, Any]]) -> dict[str, str]:
+        """``batch.size`` no larger than the epoch's topics take in one batch: records that each fit their topic
+        alone are refused by the broker (MESSAGE_TOO_LARGE, the whole epoch) when librdkafka batches them past
+        the topic's max.message.bytes. Compressed, a batch of incompressible records grows by the codec's framing:
+        a margin is left for it."""
+        limits = [int(h["maxBatchBytes"]) for h in staged.values() if h.get("maxBatchBytes")]
+        if not limits:
+            return {}
+        limit = min(limits)
+        if self._compressed():
+            limit -= limit // 64 + 512
+        given = int(self._conf.get("batch.size", DEFAULT_BATCH_SIZE))
+        return {"batch.size": str(max(1, min(given, limit)))}
+
+    def _compressed(self) -> bool:
+        return self._conf.get("compression.type", self._conf.get("compression.codec", "none")) not in ("none", "")
 
     def _produce_region(self, producer: Any, failures: list[str], epoch: int, region: str,
                         handle: dict[str, Any]) -> int:
@@ -192,10 +213,9 @@ class KafkaTarget(Target[dict[str, Any] | None]):
 
     def sweep(self, up_to_epoch: int) -> None:
         """Remove what recorded epochs staged: produced, or never to be (dead tasks and drivers leave files)."""
-        for info in self.storage.list("", recursive=False):
-            name = info.name.rstrip("/")
-            if name.isdigit() and int(name) <= up_to_epoch:
-                self.storage.delete_tree(name)
+        epochs = {info.name.split("/", 1)[0] for info in self.storage.list("", recursive=True)}
+        for epoch in sorted(e for e in epochs if e.isdigit() and int(e) <= up_to_epoch):
+            self.storage.delete_tree(epoch)
 
 
 class _Metadata:
