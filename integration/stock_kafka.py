@@ -43,9 +43,6 @@ def main(spec_path: str) -> None:
     spark.sparkContext.setLogLevel("ERROR")
     try:
         for run in spec["runs"]:
-            reader = spark.readStream.format("kafka")
-            for key, value in run["options"].items():
-                reader = reader.option(key, value)
             result = Path(run["out"] + ".result")
             if "sink" in run:
                 sink = run["sink"]
@@ -56,6 +53,9 @@ def main(spec_path: str) -> None:
                 except Exception as exc:
                     result.write_text(f"failed: {exc}")
                 continue
+            reader = spark.readStream.format("kafka")
+            for key, value in run["options"].items():
+                reader = reader.option(key, value)
             try:
                 query = (reader.load().writeStream.format("parquet").option("path", run["out"])
                          .option("checkpointLocation", run["ck"]).trigger(availableNow=True).start())

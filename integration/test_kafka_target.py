@@ -185,12 +185,12 @@ def test_a_record_too_large_for_its_topic_is_dead_lettered_and_the_other_region_
     df = kafka_in(spark, kafka, src, ck, maxOffsetsPerTrigger="8").select("region", "offset", "key", "headers",
                                                                           "value")
     to_kafka(df, kafka, out_topic, ck, deadLetterPath=str(dead),
-             **{"spark.regional.deadLetterRetries": "0"}).awaitTermination(300)
+             deadLetterRetries="0").awaitTermination(300)
 
     out = read_out(kafka, out_topic)
     assert sorted(m["value"] for m in out) == sorted(v for (p, i), v in sent.items() if (p, i) != (0, 5))
     letters = delta_landed(dead)
-    assert [(r, o) for r, o, _v in letters] == [(f"{src}-0", 5)]
+    assert [(r.region, r.offset) for r in letters] == [(f"{src}-0", 5)]
     status = regional.status(ck)
     assert all(f"{src}-1" not in e.fallen_back for e in status.epochs)
 

@@ -29,7 +29,7 @@ TARGETS = {"delta": "delta", "python": "python:regional.testing.committer:EpochF
 @dataclass(frozen=True)
 class Query:
     source: str  # files | kafka
-    target: str  # delta | python | postgres | kafka
+    target: str  # delta | python | postgres | kafka | stock-kafka (Spark's own source and sink: the control)
     checkpoint: str
     input: str  # the files source's directory, or the Kafka topic
     out: str = ""  # the Delta table's or the committer's directory; the output topic of target=kafka
@@ -51,6 +51,8 @@ class Query:
 
 
 def run(q: Query) -> None:
+    if q.target == "stock-kafka":
+        return run_stock_kafka(q)
     conf = {}
     if q.s3_endpoint:
         from regional.testing.s3_server import spark_conf
@@ -89,6 +91,31 @@ def run(q: Query) -> None:
     while q.until and not Path(q.until).exists():
         if query.awaitTermination(2):  # raises if the query failed
             raise SystemExit("the query stopped on its own")
+    query.processAllAvailable()
+    query.stop()
+    spark.stop()
+    print("child finished", flush=True)
+
+
+def run_stock_kafka(q: Query) -> None:
+    """The control of target=kafka's series: Spark's own Kafka source into Spark's own Kafka sink (at least once),
+    the same input, the same output columns, killed the same way."""
+    from integration.stock_kafka import connector_jars
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master(q.master).appName("stock-kafka-kills")
+             .config("spark.jars", ",".join(connector_jars())).config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    region = F.concat_ws("-", "topic", F.col("partition").cast("string"))
+    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", q.bootstrap).option("subscribe", q.input)
+          .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(q.max_per_region * 6)).load()
+          .select(region.alias("key"), F.upper(F.col("value").cast("string")).alias("value"), F.array(
+              F.struct(F.lit("region").alias("key"), region.cast("binary").alias("value")),
+              F.struct(F.lit("offset").alias("key"), F.col("offset").cast("string").cast("binary").alias("value")),
+          ).alias("headers")))
+    query = (df.writeStream.format("kafka").option("kafka.bootstrap.servers", q.bootstrap).option("topic", q.out)
+             .option("checkpointLocation", q.checkpoint).start())
     query.processAllAvailable()
     query.stop()
     spark.stop()

@@ -162,8 +162,10 @@ def run_series(target: str, source: str, trials: int, seed: int, workdir: Path, 
                   out=out, bootstrap=broker.bootstrap if broker else "",
                   url=postgres.url if postgres else "", table=f"kills_{name}", fail_share=fail_share,
                   s3_endpoint=s3.endpoint if s3 is not None else "")
-    if target == "kafka":
+    if target in ("kafka", "stock-kafka"):
         query = replace(query, out=f"kills-out.{name}")
+    if target == "stock-kafka":  # many small micro-batches, so that kills fall inside Spark's batches
+        query = replace(query, max_per_region=1)
         broker.create_topic(query.out, REGIONS)
     if target == "postgres":
         with postgres.connect() as conn:  # no primary key: a row written twice must show, not be refused
@@ -177,11 +179,14 @@ def run_series(target: str, source: str, trials: int, seed: int, workdir: Path, 
         feed.add(f"{number:04d}", RECORDS_PER_TRIAL)
         before = len(store.epochs())
         aimed = None
-        if rng.random() < PHASE_TWO_SHARE:
+        if rng.random() < PHASE_TWO_SHARE and target != "stock-kafka":  # Spark's sink has no steps to aim at
             steps = PHASE_TWO_STEPS + (KAFKA_STEPS if target == "kafka" else ())
             aimed = f"{rng.choice(steps)}:{max(store.epochs(), default=-1) + 1 + rng.randint(0, 2)}"
-        in_start = aimed is None and rng.random() < START_SHARE
+        # Spark's own query has no regional store to time kills from: always from its process's start
+        in_start = aimed is None and (rng.random() < START_SHARE or target == "stock-kafka")
         delay = rng.uniform(0, START_WINDOW_S if in_start else EPOCH_WINDOW_S)
+        if target == "stock-kafka":  # its driver starts in about 15 s, then runs a micro-batch a second
+            delay = rng.uniform(15, 15 + START_WINDOW_S)
         armed = None if in_start else (lambda: len(store.epochs()) > before)  # noqa: B023 (used at once)
         outcome = run_killable(query.args(), aimed, marker, timeout=600, kill_after=None if aimed else delay,
                                cwd=ROOT, armed=armed)
@@ -211,7 +216,7 @@ def _reader(query: Query, postgres: Any) -> Callable[[], list[Landed]]:
         return lambda: delta_landed(query.out) if Path(query.out, "_delta_log").exists() else []
     if query.target == "python":
         return lambda: epoch_files_landed(query.out) if Path(query.out).exists() else []
-    if query.target == "kafka":
+    if query.target in ("kafka", "stock-kafka"):
         return lambda: kafka_landed(query.bootstrap, query.out)
 
     def read() -> list[Landed]:

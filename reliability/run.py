@@ -141,8 +141,9 @@ def kills(args: argparse.Namespace, command: str, work: Path) -> bool:
 
     def one_target(t: int, target: str) -> list[Series]:
         done = []
-        for s, source in enumerate(SOURCES):
-            trials = args.trials // len(SOURCES) + (s < args.trials % len(SOURCES))
+        sources = ("kafka",) if target == "stock-kafka" else SOURCES  # the control reads Kafka only
+        for s, source in enumerate(sources):
+            trials = args.trials // len(sources) + (s < args.trials % len(sources))
             done.append(run_series(target, source, trials, seed + 10 * t + s, work / f"{target}-{source}",
                                    broker=broker, postgres=postgres, say=say,
                                    s3=s3 if target.endswith("-s3") else None))
