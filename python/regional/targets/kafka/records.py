@@ -24,6 +24,9 @@ HEADERS = pa.list_(pa.struct([pa.field("key", pa.string()), pa.field("value", pa
 STAGED = pa.schema([pa.field("key", pa.binary()), pa.field("value", pa.binary()), pa.field("headers", HEADERS),
                     pa.field("topic", pa.string()), pa.field("partition", pa.int32())])
 BATCH_OVERHEAD = 61  # a v2 record batch's header: the broker checks max.message.bytes against the whole batch
+# librdkafka's RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD: a record's length, attributes, timestamp and offset deltas, key and
+# value lengths and header count at their largest varints (5 + 1 + 10 + 5 + 5 + 5 + 5)
+PRODUCER_OVERHEAD = 36
 
 
 def check_columns(schema: pa.Schema, topic_option: str | None) -> None:
@@ -93,10 +96,8 @@ def refusal(batch: pa.RecordBatch, topics: Mapping[str, TopicFacts], max_message
         pairs = headers[i] or []
         if any(h["key"] is None for h in pairs):
             return RowsInvalid("a header with a null key: Kafka refuses the record (header keys are strings)")
-        payload = len(key or b"") + len(value or b"") + sum(len(h["key"].encode()) + len(h["value"] or b"")
-                                                             for h in pairs)
         size = batch_bytes(key, value, pairs)
-        if payload > max_message_bytes or (not compressed and size > facts.max_batch_bytes):
+        if producer_bytes(key, value, pairs) > max_message_bytes or (not compressed and size > facts.max_batch_bytes):
             return RowsInvalid(
                 f"a record of {size:,} bytes for topic {topic!r} is larger than Kafka takes (the producer's "
                 f"message.max.bytes {max_message_bytes:,}; the topic's max.message.bytes {facts.max_batch_bytes:,}): "
@@ -108,6 +109,14 @@ def refusal(batch: pa.RecordBatch, topics: Mapping[str, TopicFacts], max_message
 def _rows(batch: pa.RecordBatch) -> Iterator[tuple[str, bytes | None, bytes | None, int | None]]:
     yield from zip(batch.column("topic").to_pylist(), batch.column("key").to_pylist(),
                    batch.column("value").to_pylist(), batch.column("partition").to_pylist(), strict=True)
+
+
+def producer_bytes(key: bytes | None, value: bytes | None, headers: list[dict[str, object]]) -> int:
+    """What librdkafka's ``produce`` compares with the producer's ``message.max.bytes`` (it refuses a larger record
+    at once, MSG_SIZE_TOO_LARGE): the record's key, value and serialised headers plus ``PRODUCER_OVERHEAD``, the
+    largest a v2 record's own fields can take (rd_kafka_msg_max_wire_size)."""
+    hdrs = sum(_field(str(h["key"]).encode()) + _field(h["value"]) for h in headers)  # type: ignore[arg-type,misc]
+    return PRODUCER_OVERHEAD + len(key or b"") + len(value or b"") + hdrs
 
 
 def batch_bytes(key: bytes | None, value: bytes | None, headers: list[dict[str, object]]) -> int:

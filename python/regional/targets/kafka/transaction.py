@@ -49,9 +49,9 @@ class EpochTransaction:
         self.timeout_s = timeout_s
         self._settings = dict(settings)  # may hold credentials: never logged, never stored
 
-    def producer_conf(self) -> dict[str, Any]:
-        return {**self._settings, "transactional.id": self.transactional_id, "enable.idempotence": True,
-                "logger": client_log}
+    def producer_conf(self, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        return {**self._settings, **(settings or {}), "transactional.id": self.transactional_id,
+                "enable.idempotence": True, "logger": client_log}
 
     def consumer_conf(self) -> dict[str, Any]:
         # The producer's settings reach the brokers the same way (security, SASL); the producer-only ones are left
@@ -72,16 +72,16 @@ class EpochTransaction:
         return tp.offset - 1 if tp.offset >= 0 else None
 
     def produce_once(self, epoch: int, marker_topic: str, where: str, produce: Produce,
-                     before: Callable[[], None] | None = None) -> bool:
+                     before: Callable[[], None] | None = None, settings: Mapping[str, Any] | None = None) -> bool:
         """Steps 1 to 3 for ``epoch``: ``produce(producer, failures)`` queues the records; ``before`` runs once the
         marker says they are not in yet. False when they were already (nothing produced). Raises KafkaException or
         BufferError from the brokers, after aborting what it began; ``RegionalStoreError`` when the marker is past
-        ``epoch`` (the store is behind the topic)."""
+        ``epoch`` (the store is behind the topic). ``settings``: this epoch's producer settings over the query's."""
         from confluent_kafka import KafkaException, Producer, TopicPartition
 
         producer = consumer = None
         try:
-            producer = Producer(self.producer_conf())
+            producer = Producer(self.producer_conf(settings))
             producer.init_transactions(self.timeout_s)  # fences a zombie of this query; settles its transaction
             consumer = _consumer(self.consumer_conf())
             done = self.marked_epoch(consumer, marker_topic)
