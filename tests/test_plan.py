@@ -60,6 +60,20 @@ def test_a_total_limit_is_shared_without_exceeding_any_backlog_or_the_total(back
     assert all(shares[r] >= min(backlogs[r], fair) for r in backlogs)  # max-min fair: nobody starves
 
 
+def test_a_total_limit_below_the_regions_with_work_starves_none_of_them():
+    """maxOffsetsPerTrigger=3 over 5 partitions, three of them fed as fast as they are read: before, the even share
+    (3 // 5 = 0) gave the 3 records to the largest backlogs every epoch, and the two small ones waited for ever."""
+    backlogs = {"a": 1, "b": 1, "c": 100, "d": 100, "e": 100}
+    read: dict[str, int] = dict.fromkeys(backlogs, 0)
+    for epoch in range(2):  # ceil(5 / 3) epochs
+        shares = share_read_limit({r: n - read[r] if n < 100 else n for r, n in backlogs.items()}, 3, rotate=epoch)
+        assert sum(shares.values()) == 3 and set(shares.values()) <= {0, 1}, shares
+        for r, n in shares.items():
+            read[r] += n
+    assert read["a"] == read["b"] == 1, read
+    assert share_read_limit({"a": 0, "b": 5, "c": 5}, 1, rotate=0) == {"a": 0, "b": 1, "c": 0}  # none to an empty
+
+
 def test_probes_never_read_below_where_the_query_started():
     """Kafka with startingOffsets=latest: a query that began at offset 1000 never published the records below it, so
     they are no witnesses. Before, probes before a suspect at 1002 (its failures alone having found no witness) read

@@ -361,7 +361,15 @@ def check_data_loss(region: str, start: int, end: int, log_start: int, fail: boo
 
 def share_read_limit(backlogs: Mapping[str, int], total: int, rotate: int = 0) -> dict[str, int]:
     """Split a total read limit between regions, max-min fair: small backlogs are served whole, the
-    rest share evenly; what rounding leaves goes round-robin from a rotating start, so no region starves."""
+    rest share evenly; what rounding leaves goes round-robin from a rotating start, so no region starves.
+    A limit below the number of regions with a backlog gives one record each to that many of them, taken
+    round-robin from the rotating start: the even share (0) would give every record to the largest backlogs
+    epoch after epoch, and a region with a small backlog would wait until they drained (for ever, were they
+    fed as fast as they are read)."""
+    waiting = sorted(r for r in backlogs if backlogs[r] > 0)
+    if 0 < total < len(waiting):
+        chosen = {waiting[(rotate + k) % len(waiting)] for k in range(total)}
+        return {r: 1 if r in chosen else 0 for r in backlogs}
     order = sorted(backlogs, key=lambda r: (backlogs[r], r))
     left, shares = max(total, 0), {}
     for i, region in enumerate(order):
