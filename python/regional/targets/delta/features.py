@@ -40,37 +40,49 @@ SUPPORTED: dict[str, str] = {
     "timestampNtz": "allowed: TIMESTAMP_NTZ columns are written as timestamps without time zone",
 }
 # Known features regional refuses, with what to do instead.
+# delta-spark cannot drop these: the way out is another table.
+_NEW_TABLE = ("delta-spark cannot drop this feature (DELTA_FEATURE_DROP_NONREMOVABLE_FEATURE): create a table without "
+              "it and copy the rows into it with delta-spark (INSERT INTO new SELECT ... FROM old), or write to this "
+              "table with delta-spark")
+# Dropping typeWidening, v2Checkpoint or vacuumProtocolCheck adds it (delta-spark 4.x).
+_PROTECTED = ("then ALTER TABLE ... DROP FEATURE checkpointProtection TRUNCATE HISTORY once the history is older "
+              "than delta.logRetentionDuration (dropping it adds checkpointProtection, which delta-rs does not write "
+              "either)")
 REFUSED: dict[str, str] = {
-    "rowTracking": "its writers must assign row ids and commit versions, which regional's commits do not. Write "
-                   "to a table without it (ALTER TABLE ... SET TBLPROPERTIES ('delta.enableRowTracking' = "
-                   "'false') leaves the feature in the protocol: drop it with ALTER TABLE ... DROP FEATURE "
-                   "rowTracking)",
-    "domainMetadata": "regional's commits keep no domain metadata (row tracking and liquid clustering use it). "
-                      "Write to a table without it",
-    "clustering": "liquid clustering needs statistics and clustering metadata regional does not write. Write to "
-                  "a table without CLUSTER BY",
-    "identityColumns": "an identity column needs its high-water mark kept by every writer. Write to a table "
-                       "without GENERATED ... AS IDENTITY columns",
-    "typeWidening": "delta-rs, which commits regional's files, does not write such tables. Write to a table "
-                    "without it (ALTER TABLE ... DROP FEATURE typeWidening)",
-    "typeWidening-preview": "as typeWidening",
+    "rowTracking": "its writers must assign row ids and commit versions, which regional's commits do not. Drop it "
+                   "with ALTER TABLE ... DROP FEATURE rowTracking, then ALTER TABLE ... DROP FEATURE "
+                   "domainMetadata (setting 'delta.enableRowTracking' = 'false' leaves both in the protocol)",
+    "domainMetadata": "regional's commits keep no domain metadata (row tracking and liquid clustering use it). Drop "
+                      "it with ALTER TABLE ... DROP FEATURE domainMetadata (after DROP FEATURE rowTracking, which "
+                      "leaves it in the protocol)",
+    "clustering": "liquid clustering needs statistics and clustering metadata regional does not write. "
+                  "CLUSTER BY NONE leaves the feature in the protocol, and " + _NEW_TABLE[0].lower() + _NEW_TABLE[1:],
+    "identityColumns": "an identity column needs its high-water mark kept by every writer. " + _NEW_TABLE,
+    "typeWidening": "delta-rs, which commits regional's files, does not write such tables. Drop it with ALTER "
+                    "TABLE ... DROP FEATURE typeWidening, and " + _PROTECTED,
+    "typeWidening-preview": "as typeWidening: ALTER TABLE ... DROP FEATURE `typeWidening-preview`, and " + _PROTECTED,
     "icebergCompatV1": "Iceberg metadata is kept in step by delta-spark's commits only. Write to a table without "
                        "UniForm",
     "icebergCompatV2": "Iceberg metadata is kept in step by delta-spark's commits only. Write to a table without "
                        "UniForm",
     "icebergWriterCompatV1": "Iceberg metadata is kept in step by delta-spark's commits only",
-    "inCommitTimestamp": "its commits must carry monotonic in-commit timestamps, which delta-rs's do not. Write "
-                         "to a table without it (delta.enableInCommitTimestamps)",
-    "v2Checkpoint": "delta-rs, which commits regional's files, writes classic checkpoints. Write to a table with "
-                    "delta.checkpointPolicy = 'classic'",
-    "variantType": "regional does not write VARIANT columns. Write the value as a string (to_json) instead",
-    "variantType-preview": "regional does not write VARIANT columns",
-    "variantShredding-preview": "regional does not write VARIANT columns",
+    "inCommitTimestamp": "its commits must carry monotonic in-commit timestamps, which delta-rs's do not. Drop it "
+                         "with ALTER TABLE ... DROP FEATURE inCommitTimestamp (setting "
+                         "'delta.enableInCommitTimestamps' = 'false' leaves it in the protocol)",
+    "v2Checkpoint": "delta-rs, which commits regional's files, writes classic checkpoints. Drop it with ALTER "
+                    "TABLE ... DROP FEATURE v2Checkpoint (setting 'delta.checkpointPolicy' = 'classic' leaves it "
+                    "in the protocol), and " + _PROTECTED,
+    "variantType": "regional does not write VARIANT columns (write the value as a string: to_json). " + _NEW_TABLE,
+    "variantType-preview": "regional does not write VARIANT columns. " + _NEW_TABLE,
+    "variantShredding-preview": "regional does not write VARIANT columns. " + _NEW_TABLE,
     "collations-preview": "regional compares strings by their bytes only. Write to a table without COLLATE",
-    "checkpointProtection": "its rules about removing old checkpoints are not kept by delta-rs's log cleanup",
-    "allowColumnDefaults": "column DEFAULT values are not applied by regional. Write to a table without DEFAULT "
-                           "columns",
-    "vacuumProtocolCheck": "not verified with regional's commits. Write to a table without it",
+    "checkpointProtection": "delta-rs, which commits regional's files, does not write such tables (delta-spark adds "
+                            "it when typeWidening, v2Checkpoint or vacuumProtocolCheck is dropped). Drop it with "
+                            "ALTER TABLE ... DROP FEATURE checkpointProtection TRUNCATE HISTORY once the table's "
+                            "history is older than delta.logRetentionDuration, or copy the rows into a new table",
+    "allowColumnDefaults": "column DEFAULT values are not applied by regional. " + _NEW_TABLE,
+    "vacuumProtocolCheck": "not verified with regional's commits. Drop it with ALTER TABLE ... DROP FEATURE "
+                           "vacuumProtocolCheck, and " + _PROTECTED,
 }
 # Features implied by a legacy writer version (below 7, without table features).
 LEGACY_WRITER = [(2, "appendOnly"), (2, "invariants"), (3, "checkConstraints"), (4, "changeDataFeed"),
