@@ -59,3 +59,22 @@ def test_records_that_each_fit_their_topic_are_not_batched_past_it(kafka, tmp_pa
     handle = kafka_target.prepare(0, "r", iter([rows(values)]))
     kafka_target.commit(0, {"r": handle})
     assert [r["value"] for r in read_out(kafka, topic)] == values
+
+
+def test_two_queries_staging_in_one_place_keep_each_others_files(kafka, tmp_path):
+    """stagingLocation shared by two queries (one object-store prefix for a team's queries): a query's sweep of its
+    recorded epochs removed the other query's staged files of those epoch numbers, decided but not yet produced,
+    so the other's epoch failed at commit ("staged rows are missing") at every restart. Each query stages below
+    its own query id."""
+    topic = new_topic(kafka, 1, name="shared-staging")
+    staging = str(tmp_path / "staging")
+    ahead = target(kafka, tmp_path / "a", topic, staginglocation=staging)
+    behind = target(kafka, tmp_path / "b", topic, staginglocation=staging)
+    handle = behind.prepare(3, "r", iter([rows([b"behind-3"])]))
+    ahead.prepare(12, "r", iter([rows([b"ahead-12"])]))
+    ahead.sweep(10)  # the query ahead recorded epoch 10
+    behind.commit(3, {"r": handle})
+    assert [r["value"] for r in read_out(kafka, topic)] == [b"behind-3"]
+    behind.sweep(3)  # and the query behind removes only its own
+    left = list((tmp_path / "staging").rglob("*.arrow"))
+    assert len(left) == 1 and left[0].relative_to(tmp_path / "staging").parts[:2] == (ahead.query_id, "12")

@@ -139,7 +139,7 @@ def test_a_one_record_batchs_size_follows_kafkas_record_format():
 
 def test_sweep_removes_the_staged_files_of_recorded_epochs_only(tmp_path):
     target = load_target({**BASE, "checkpointlocation": str(tmp_path / "ck")})
-    staging = tmp_path / "ck" / "kafka-staging"
+    staging = tmp_path / "ck" / "kafka-staging" / target.query_id  # each query stages below its id
     for epoch in (3, 4, 5):
         (staging / str(epoch)).mkdir(parents=True)
         (staging / str(epoch) / "r-a.arrow").write_bytes(b"x")

@@ -73,8 +73,8 @@ class KafkaTarget(Target[dict[str, Any] | None]):
 
     @property
     def storage(self) -> Storage:
-        if self._storage is None:
-            self._storage = open_storage(self.settings.staging)
+        if self._storage is None:  # below the query's id: queries sharing a stagingLocation sweep only their own
+            self._storage = open_storage(self.settings.staging.child(self.query_id))
         return self._storage
 
     # -- on the driver, before each epoch's tasks ----------------------------------------------------------
