@@ -182,12 +182,12 @@ def run_series(target: str, source: str, trials: int, seed: int, workdir: Path, 
         if rng.random() < PHASE_TWO_SHARE and target != "stock-kafka":  # Spark's sink has no steps to aim at
             steps = PHASE_TWO_STEPS + (KAFKA_STEPS if target == "kafka" else ())
             aimed = f"{rng.choice(steps)}:{max(store.epochs(), default=-1) + 1 + rng.randint(0, 2)}"
-        # Spark's own query has no regional store to time kills from: always from its process's start
-        in_start = aimed is None and (rng.random() < START_SHARE or target == "stock-kafka")
+        in_start = aimed is None and rng.random() < START_SHARE and target != "stock-kafka"
         delay = rng.uniform(0, START_WINDOW_S if in_start else EPOCH_WINDOW_S)
-        if target == "stock-kafka":  # its driver starts in about 15 s, then runs a micro-batch a second
-            delay = rng.uniform(15, 15 + START_WINDOW_S)
         armed = None if in_start else (lambda: len(store.epochs()) > before)  # noqa: B023 (used at once)
+        if target == "stock-kafka":  # no store: timed from its first new output, then about a micro-batch a second
+            landed_before = len(landed())
+            delay, armed = rng.uniform(0, 2 * EPOCH_WINDOW_S), (lambda: len(landed()) > landed_before)  # noqa: B023
         outcome = run_killable(query.args(), aimed, marker, timeout=600, kill_after=None if aimed else delay,
                                cwd=ROOT, armed=armed)
         epochs = store.epochs()
