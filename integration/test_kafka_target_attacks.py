@@ -13,6 +13,7 @@ import pyarrow as pa
 import pytest
 
 from integration.test_kafka_target import new_topic, read_out
+from regional.errors import RegionalConfigError
 from regional.targets.base import QUERY_ID_OPTION, RowsInvalid
 from regional.targets.kafka import KafkaTarget
 from regional.targets.kafka.records import HEADERS
@@ -78,3 +79,22 @@ def test_two_queries_staging_in_one_place_keep_each_others_files(kafka, tmp_path
     behind.sweep(3)  # and the query behind removes only its own
     left = list((tmp_path / "staging").rglob("*.arrow"))
     assert len(left) == 1 and left[0].relative_to(tmp_path / "staging").parts[:2] == (ahead.query_id, "12")
+
+
+@pytest.mark.parametrize("name", ["bad topic!", "", "..", "t" * 250, "päth", "a/b"])
+def test_a_row_naming_a_topic_kafka_can_never_have_is_its_own_fault(kafka, tmp_path, name):
+    """A topic column naming a topic Kafka can never create (illegal characters, empty, '..', longer than 249) was
+    taken for a topic missing for now: the region's task failed and it fell back at every epoch, for ever, its
+    record never dead-lettered. It is the row's own fault (Spark's sink fails with InvalidTopicException); as the
+    topic option, it is refused at start."""
+    good = new_topic(kafka, 1, name="legal")
+    kafka_target = KafkaTarget({"kafka.bootstrap.servers": kafka.bootstrap, "checkpointlocation": str(tmp_path),
+                                QUERY_ID_OPTION: uuid.uuid4().hex})
+    batch = pa.RecordBatch.from_pydict({"value": pa.array([b"ok", b"bad"], pa.binary()),
+                                        "topic": pa.array([good, name])})
+    with pytest.raises(RowsInvalid, match="Kafka"):
+        kafka_target.prepare(0, "r", iter([batch]))
+    assert kafka_target.prepare(0, "r", iter([batch.slice(0, 1)])) is not None  # a legal one is staged
+    if name:  # an empty topic option is refused as empty already
+        with pytest.raises(RegionalConfigError, match="the topic option"):
+            target(kafka, tmp_path, name)

@@ -27,6 +27,7 @@ BATCH_OVERHEAD = 61  # a v2 record batch's header: the broker checks max.message
 # librdkafka's RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD: a record's length, attributes, timestamp and offset deltas, key and
 # value lengths and header count at their largest varints (5 + 1 + 10 + 5 + 5 + 5 + 5)
 PRODUCER_OVERHEAD = 36
+MAX_TOPIC_NAME = 249  # Kafka's Topic.MAX_NAME_LENGTH
 
 
 def check_columns(schema: pa.Schema, topic_option: str | None) -> None:
@@ -70,6 +71,20 @@ def staged_batch(batch: pa.RecordBatch, topic_option: str | None) -> pa.RecordBa
     return pa.RecordBatch.from_arrays([column("key", pa.binary()), column("value", pa.binary()),
                                        column("headers", HEADERS), topic, column("partition", pa.int32())],
                                       schema=STAGED)
+
+
+def illegal_topic(name: str) -> str | None:
+    """Why Kafka can never have a topic of this name (its ``Topic.validate``), or None. Such a topic is never
+    created: a row naming one is its own fault, not a topic missing for now."""
+    if name in ("", ".", ".."):
+        return f"the topic name {name!r} is illegal in Kafka"
+    if len(name) > MAX_TOPIC_NAME:
+        return f"a topic name of {len(name)} characters is illegal in Kafka (at most {MAX_TOPIC_NAME})"
+    bad = sorted({c for c in name if not (c.isascii() and (c.isalnum() or c in "._-"))})
+    if bad:
+        return (f"the topic name {name[:80]!r} holds {''.join(bad)[:20]!r}: Kafka's topic names take only ASCII "
+                "letters, digits, '.', '_' and '-'")
+    return None
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from regional.inputs.kafka.client_settings import JAVA_ONLY, ignored_by
 from regional.location import Location, parse_location
 from regional.options import Option, OptionTable
 from regional.protocol.settings import parse_int
+from regional.targets.kafka.records import illegal_topic
 
 PREFIX = "kafka."
 
@@ -94,6 +95,10 @@ def parse_settings(options: Mapping[str, str]) -> KafkaTargetSettings:
     if topic is not None and not topic.strip():
         raise RegionalConfigError("target=kafka: the topic option is empty: name a topic, or leave the option out "
                                   "and give each row a 'topic' column")
+    if topic is not None:
+        why = illegal_topic(topic.strip())
+        if why is not None:
+            raise RegionalConfigError(f"target=kafka: the topic option: {why}: name a topic Kafka can create")
     staging = options.get("staginglocation", "").strip()
     if not staging:
         checkpoint = options.get("checkpointlocation", "").strip()

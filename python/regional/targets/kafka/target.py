@@ -17,8 +17,15 @@ import pyarrow as pa
 from regional.errors import RegionalConfigError, RegionalError, RegionalStoreError
 from regional.ids import encode_region
 from regional.storage import Storage, open_storage
-from regional.targets.base import EpochReport, Target, require_query_id
-from regional.targets.kafka.records import STAGED, TopicFacts, check_columns, refusal, staged_batch
+from regional.targets.base import EpochReport, RowsInvalid, Target, require_query_id
+from regional.targets.kafka.records import (
+    STAGED,
+    TopicFacts,
+    check_columns,
+    illegal_topic,
+    refusal,
+    staged_batch,
+)
 from regional.targets.kafka.settings import (
     KafkaTargetSettings,
     check_producer,
@@ -131,6 +138,11 @@ class KafkaTarget(Target[dict[str, Any] | None]):
 
     def _check(self, staged: pa.RecordBatch, facts: _Metadata) -> None:
         names = {t for t in staged.column("topic").to_pylist() if t is not None}
+        for name in sorted(names):  # before asking the brokers: a topic that can never exist is the row's fault
+            why = illegal_topic(name)
+            if why is not None:
+                raise RowsInvalid(f"{why} (Spark's Kafka sink fails with InvalidTopicException): fix the row's "
+                                  "topic column")
         refused = refusal(staged, {t: facts.topic(t) for t in names}, facts.message_max_bytes,
                           compressed=self._compressed())
         if refused is not None:
