@@ -149,6 +149,12 @@ def failure_hint(text: str) -> str:
     """What to do about a failure the brokers reported, in a sentence."""
     if SIZE_TOO_LARGE in text or "TOO_LARGE" in text:
         return " A record is larger than the producer or topic takes: raise the topic's max.message.bytes."
+    if "_FATAL" in text or "FENCED" in text.upper():  # librdkafka's fatal error of a transactional producer: fenced
+        return (" The producer was fenced: either another run of this query (the same checkpointLocation) started, "
+                "or producing the epoch took longer than kafka.transaction.timeout.ms (librdkafka's default 60000) "
+                "and the broker aborted its transaction, which it would do again at every start: raise "
+                "kafka.transaction.timeout.ms (the brokers cap it at transaction.max.timeout.ms, 15 minutes by "
+                "default), or make epochs smaller (maxRecordsPerTrigger).")
     return " Check that the brokers are up and take this query's transactions."
 
 
