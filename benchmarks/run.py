@@ -4,7 +4,8 @@
     .venv/bin/python -m benchmarks.run             # the full run: scenario 1 at 4M records
 
 Scenarios, one module each: 1 ``throughput`` (at volume, with memory), 2 ``failing_region``, 3 ``straggler``,
-4 ``many_regions``, 5 ``transient`` (wasted work); then the Kafka source (``kafka``), the PostgreSQL target
+4 ``many_regions``, 5 ``transient`` (wasted work); then the Kafka source (``kafka``), the Kafka target
+(``kafka_target``), the PostgreSQL target
 (``postgres``), dead letters (``dead_letters``), a bad file among good ones (``bad_file``) and an outage on a
 timer (``outage``), each in its own
 SparkSession (they need other jars).
@@ -47,6 +48,8 @@ OTHERS = {
            ["--rows-per-file", "62500", "--files-per-region", "4", "--repeats", "3"]),
     "latency": (["--seconds", "10", "--repeats", "1"], ["--seconds", "40", "--repeats", "3"]),
     "kafka_partitions": (["--partitions", "100", "--bursts", "3", "--records", "20000", "--repeats", "1"], []),
+    "kafka_target": (["--records", "200000", "--max-offsets", "50000", "--latency-seconds", "15"],
+                     ["--records", "2000000", "--max-offsets", "500000", "--latency-seconds", "60"]),
 }
 
 
