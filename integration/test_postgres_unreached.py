@@ -84,8 +84,8 @@ def test_a_unique_key_a_nul_and_a_10_mb_string_each_row_once_or_dead_lettered_wi
     url, properties = jdbc
     with postgres.connect() as conn:
         conn.execute(TABLE.format("uq_stock"))
-    # (Its error says only "UnknownReason": the driver cannot load the JDBC driver's exception class, added with ADD
-    # JAR; the server's log says why for the unique key. PostgreSQL's JDBC driver refuses a NUL before sending it.)
+    # (Its error says only "UnknownReason": Spark's driver cannot load the exception class of the JDBC driver, which
+    # came with ADD JAR; the server's log says why for the unique key.)
     for regions_ in (["a"], ["d"]):
         with pytest.raises(Exception, match="Job aborted due to stage failure"):
             static_rows(spark, regions_).write.jdbc(url, "uq_stock", mode="append", properties=properties)
