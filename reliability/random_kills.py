@@ -164,9 +164,9 @@ def run_series(target: str, source: str, trials: int, seed: int, workdir: Path, 
                   s3_endpoint=s3.endpoint if s3 is not None else "")
     if target in ("kafka", "stock-kafka"):
         query = replace(query, out=f"kills-out.{name}")
+        broker.create_topic(query.out, REGIONS)
     if target == "stock-kafka":  # many small micro-batches, so that kills fall inside Spark's batches
         query = replace(query, max_per_region=1)
-        broker.create_topic(query.out, REGIONS)
     if target == "postgres":
         with postgres.connect() as conn:  # no primary key: a row written twice must show, not be refused
             conn.execute(f'CREATE TABLE {query.table} (region text, "offset" bigint, value text)')
