@@ -39,6 +39,7 @@ def static_rows(spark, regions: list[str]):
     return spark.createDataFrame(rows, "region string, offset long, value string").selectExpr(*EXPRS).coalesce(1)
 
 
+@pytest.mark.campaign  # 552 s at a load of 16 on 2 cores (isolation over aborted epochs): keeping CI within its time
 def test_a_unique_key_a_nul_and_a_10_mb_string_each_row_once_or_dead_lettered_with_its_reason(
         spark, postgres, jdbc, tmp_path):  # noqa: F811 - jdbc: the fixture
     inp, ck, dlq = tmp_path / "in", tmp_path / "ck", tmp_path / "dead-letters"
