@@ -118,6 +118,9 @@ class EpochTransaction:
         finally:
             if consumer is not None:
                 consumer.close()
+            # A failure's traceback keeps this frame: a producer left in it would live on, its timed-out
+            # init_transactions still running, and fence the producer of the next attempt in this process.
+            producer = consumer = None
 
 
 def queue(producer: Any, failures: list[str], topic: str, value: bytes | None, key: bytes | None,
