@@ -54,7 +54,7 @@ from benchmarks.kafka import phases, produce
 from benchmarks.sections import Run, markers, write_section
 from regional.targets.kafka.records import STAGED
 from regional.targets.kafka.target import JAVA_PARTITIONER
-from regional.targets.kafka.transaction import EpochTransaction, queue
+from regional.targets.kafka.transaction import EpochTransaction, send
 from regional.testing.kafka_broker import KafkaBroker
 from regional.testing.processes import descendants, process_table, rss_mb
 
@@ -256,10 +256,10 @@ def raw_producer(broker: KafkaBroker, values: list[bytes], args: argparse.Namesp
     for epoch, first in enumerate(range(0, len(values), step)):
         chunk = values[first:first + step]
 
-        def send(producer: Any, failures: list[str], chunk: list[bytes] = chunk) -> int:
+        def produce(producer: Any, chunk: list[bytes] = chunk) -> int:
             if not arrow:
                 for value in chunk:
-                    queue(producer, failures, topic, value, None, None, None, 60.0)
+                    send(producer, topic, value, None, None, -1, 60.0)
                 return len(chunk)
             n = len(chunk)
             batch = pa.record_batch([pa.nulls(n, pa.binary()), pa.array(chunk, pa.binary()),
@@ -273,10 +273,10 @@ def raw_producer(broker: KafkaBroker, values: list[bytes], args: argparse.Namesp
                 cols = [b.column(c).to_pylist() for c in ("topic", "value", "key", "headers", "partition")]
                 for t, value, key, headers, partition in zip(*cols, strict=True):
                     pairs = [(h["key"], h["value"]) for h in headers] if headers else None
-                    queue(producer, failures, t, value, key, pairs, partition, 60.0)
+                    send(producer, t, value, key, pairs, -1 if partition is None else partition, 60.0)
             return n
 
-        assert transaction.produce_once(epoch, topic, "benchmark", send)
+        assert transaction.produce_once(epoch, topic, "benchmark", produce)
     return time.perf_counter() - began
 
 

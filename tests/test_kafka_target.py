@@ -3,6 +3,8 @@ checked as Spark's Kafka sink checks them, the staged rows, and what makes a row
 
 from __future__ import annotations
 
+import random
+
 import pyarrow as pa
 import pytest
 
@@ -116,16 +118,21 @@ FACTS = {"t": TopicFacts(partitions=3, max_batch_bytes=1000)}
 
 
 def test_a_row_kafka_refuses_is_the_rows_own_fault():
-    assert refusal(_staged(partition=pa.array([0, 2], pa.int32())), FACTS, 10_000, compressed=False) is None
-    found = refusal(_staged(partition=pa.array([1, 3], pa.int32())), FACTS, 10_000, compressed=False)
+    assert refusal(_staged(partition=pa.array([0, 2], pa.int32())), FACTS, 10_000, codec=None) is None
+    found = refusal(_staged(partition=pa.array([1, 3], pa.int32())), FACTS, 10_000, codec=None)
     assert isinstance(found, RowsInvalid) and "partition 3" in str(found)
-    found = refusal(_staged(topic=["t", None]), FACTS, 10_000, compressed=False)
+    found = refusal(_staged(topic=["t", None]), FACTS, 10_000, codec=None)
     assert isinstance(found, RowsInvalid) and "null topic" in str(found)
     big = staged_batch(pa.RecordBatch.from_pydict({"value": [b"x" * 990]}), "t")
-    found = refusal(big, FACTS, 10_000, compressed=False)
+    found = refusal(big, FACTS, 10_000, codec=None)
     assert isinstance(found, RowsInvalid) and "max.message.bytes" in str(found)
-    assert refusal(big, FACTS, 10_000, compressed=True) is None  # the broker checks the compressed batch
-    assert isinstance(refusal(big, FACTS, 500, compressed=True), RowsInvalid)  # the producer's own limit
+    assert refusal(big, FACTS, 10_000, codec="lz4") is None  # the broker checks the compressed batch
+    assert isinstance(refusal(big, FACTS, 500, codec="lz4"), RowsInvalid)  # the producer's own limit
+    # An incompressible record over the topic's limit is refused compressed too (before, the check was skipped with
+    # a codec, and the broker refused the epoch at every restart)
+    noise = staged_batch(pa.RecordBatch.from_pydict({"value": [random.Random(1).randbytes(1024)]}), "t")
+    for codec in ("gzip", "snappy", "lz4", "zstd"):
+        assert isinstance(refusal(noise, FACTS, 10_000, codec=codec), RowsInvalid), codec
 
 
 def test_a_one_record_batchs_size_follows_kafkas_record_format():

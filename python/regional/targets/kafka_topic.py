@@ -55,7 +55,7 @@ from regional.errors import RegionalConfigError, RegionalError
 from regional.options import Option, OptionTable
 from regional.protocol.settings import parse_int
 from regional.targets.base import EpochReport, Target
-from regional.targets.kafka.transaction import SIZE_TOO_LARGE, EpochTransaction, queue
+from regional.targets.kafka.transaction import SIZE_TOO_LARGE, EpochTransaction, send
 
 log = logging.getLogger("regional.kafka")
 
@@ -164,9 +164,9 @@ class DeadLetterTopic(Target[str]):
 
         records = [record for region in sorted(handles) for record in self.records_of(epoch, handles[region])]
 
-        def produce(producer: Any, failures: list[str]) -> int:
+        def produce(producer: Any) -> int:
             for key, value, headers in records:
-                queue(producer, failures, self.topic, value, key, headers, None, self.timeout_s)
+                send(producer, self.topic, value, key, headers, -1, self.timeout_s)
             return len(records)
 
         try:

@@ -93,10 +93,15 @@ class TopicFacts:
     max_batch_bytes: int  # the topic's max.message.bytes (what the broker takes per record batch)
 
 
+CODEC_FRAMING = 64  # what a codec's own framing may add beyond pyarrow's measure of it (Kafka's snappy: xerial)
+
+
 def refusal(batch: pa.RecordBatch, topics: Mapping[str, TopicFacts], max_message_bytes: int,
-            compressed: bool) -> RowsInvalid | None:
+            codec: str | None) -> RowsInvalid | None:
     """Why Kafka would refuse a row of ``batch`` (``STAGED``), as the first such row's own fault, or None.
-    ``topics``: every topic the batch names; ``max_message_bytes``: the producer's ``message.max.bytes``."""
+    ``topics``: every topic the batch names; ``max_message_bytes``: the producer's ``message.max.bytes``; ``codec``:
+    the producer's ``compression.type`` (None: none): the broker checks a batch's compressed size, so a record over
+    the topic's limit uncompressed is compressed here with the same codec to tell."""
     topic_col = batch.column("topic")
     if topic_col.null_count:
         row = topic_col.to_pylist().index(None)
@@ -112,13 +117,25 @@ def refusal(batch: pa.RecordBatch, topics: Mapping[str, TopicFacts], max_message
         if any(h["key"] is None for h in pairs):
             return RowsInvalid("a header with a null key: Kafka refuses the record (header keys are strings)")
         size = batch_bytes(key, value, pairs)
-        if producer_bytes(key, value, pairs) > max_message_bytes or (not compressed and size > facts.max_batch_bytes):
+        if size > facts.max_batch_bytes and codec is not None:  # alone in its batch, compressed
+            size = compressed_batch_bytes(key, value, pairs, codec)
+        if producer_bytes(key, value, pairs) > max_message_bytes or size > facts.max_batch_bytes:
             return RowsInvalid(
                 f"a record of {size:,} bytes for topic {topic!r} is larger than Kafka takes (the producer's "
                 f"message.max.bytes {max_message_bytes:,}; the topic's max.message.bytes {facts.max_batch_bytes:,}): "
                 "RecordTooLargeException. Raise the topic's max.message.bytes and kafka.max.request.size, or make "
                 "the record smaller")
     return None
+
+
+def compressed_batch_bytes(key: bytes | None, value: bytes | None, headers: list[dict[str, object]],
+                           codec: str) -> int:
+    """About the bytes of a one-record batch compressed with ``codec`` (gzip, snappy, lz4, zstd: pyarrow holds the
+    same codecs), a little over rather than under: the record's fields compressed, the batch header, the framing."""
+    data = b"".join([key or b"", value or b""] + [str(h["key"]).encode() + bytes(h["value"] or b"")  # type: ignore[call-overload]
+                                                  for h in headers])
+    packed = pa.compress(data, codec=codec, asbytes=True)
+    return BATCH_OVERHEAD + 16 + len(headers) * 4 + len(packed) + CODEC_FRAMING
 
 
 def _rows(batch: pa.RecordBatch) -> Iterator[tuple[str, bytes | None, bytes | None, int | None]]:

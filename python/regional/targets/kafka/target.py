@@ -32,7 +32,7 @@ from regional.targets.kafka.settings import (
     parse_settings,
     producer_settings,
 )
-from regional.targets.kafka.transaction import EpochTransaction, client_log, failure_hint, queue
+from regional.targets.kafka.transaction import EpochTransaction, client_log, failure_hint, send
 
 log = logging.getLogger("regional.kafka")
 
@@ -144,7 +144,7 @@ class KafkaTarget(Target[dict[str, Any] | None]):
                 raise RowsInvalid(f"{why} (Spark's Kafka sink fails with InvalidTopicException): fix the row's "
                                   "topic column")
         refused = refusal(staged, {t: facts.topic(t) for t in names}, facts.message_max_bytes,
-                          compressed=self._compressed())
+                          codec=self._codec())
         if refused is not None:
             raise refused
 
@@ -161,10 +161,10 @@ class KafkaTarget(Target[dict[str, Any] | None]):
         marker_topic = min(t for h in staged.values() for t in h["topics"])
         produced = 0
 
-        def produce(producer: Any, failures: list[str]) -> int:
+        def produce(producer: Any) -> int:
             nonlocal produced
             for region in sorted(staged):
-                produced += self._produce_region(producer, failures, epoch, region, staged[region])
+                produced += self._produce_region(producer, epoch, region, staged[region])
             return produced
 
         try:
@@ -195,10 +195,14 @@ class KafkaTarget(Target[dict[str, Any] | None]):
         return {"batch.size": str(max(1, min(given, limit)))}
 
     def _compressed(self) -> bool:
-        return self._conf.get("compression.type", self._conf.get("compression.codec", "none")) not in ("none", "")
+        return self._codec() is not None
 
-    def _produce_region(self, producer: Any, failures: list[str], epoch: int, region: str,
-                        handle: dict[str, Any]) -> int:
+    def _codec(self) -> str | None:
+        """The producer's codec (``compression.type``, or librdkafka's ``compression.codec``), None for none."""
+        codec = str(self._conf.get("compression.type", self._conf.get("compression.codec", "none"))).strip().lower()
+        return None if codec in ("none", "", "inherit") else codec
+
+    def _produce_region(self, producer: Any, epoch: int, region: str, handle: dict[str, Any]) -> int:
         data = self.storage.read(handle["file"])
         if data is None:
             raise RegionalStoreError(
@@ -212,9 +216,13 @@ class KafkaTarget(Target[dict[str, Any] | None]):
         timeout = self.settings.timeout_s
         for batch in table.to_batches():
             columns = [batch.column(n).to_pylist() for n in ("topic", "value", "key", "headers", "partition")]
+            produce = producer.produce  # the loop is phase two's cost per record: nothing in it but producing
             for topic, value, key, headers, partition in zip(*columns, strict=True):
                 pairs = [(h["key"], h["value"]) for h in headers] if headers else None
-                queue(producer, failures, topic, value, key, pairs, partition, timeout)
+                try:
+                    produce(topic, value, key, -1 if partition is None else partition, headers=pairs)
+                except BufferError:  # the queue is full: served, then taken
+                    send(producer, topic, value, key, pairs, -1 if partition is None else partition, timeout)
         return table.num_rows
 
     def abort(self, epoch: int, handles: dict[str, dict[str, Any] | None]) -> None:
@@ -230,14 +238,24 @@ class KafkaTarget(Target[dict[str, Any] | None]):
             self.storage.delete_tree(epoch)
 
 
+# Per Python worker (Spark reuses workers across tasks): one metadata client per producer configuration, and each
+# topic's max.message.bytes for LIMIT_TTL_S. Building the clients and describing the topic in every task cost about
+# 0.3 s a task (benchmarks/kafka_target.py); the partitions are asked in every task still (a broker out of reach
+# fails the task: an outage, the region falls back).
+LIMIT_TTL_S = 30.0
+TOPIC_CREATION_WAIT_S = 2.0  # brokers that create topics on first use answer the first request "unknown"
+_CLIENTS: dict[tuple[tuple[str, str], ...], tuple[Any, Any]] = {}
+_LIMITS: dict[tuple[tuple[tuple[str, str], ...], str], tuple[float, int]] = {}
+
+
 class _Metadata:
     """In a task: the facts about the topics its rows go to, asked of the brokers once per topic. A broker that
     cannot be reached fails the task (the region falls back: an outage), never the rows."""
 
     def __init__(self, conf: dict[str, Any], timeout_s: float) -> None:
         self._conf, self._timeout = conf, timeout_s
+        self._key = tuple(sorted((k, str(v)) for k, v in conf.items() if k != "transactional.id"))
         self._topics: dict[str, TopicFacts] = {}
-        self._client: Any = None
         self.message_max_bytes = int(conf.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
 
     def topic(self, name: str) -> TopicFacts:
@@ -245,29 +263,59 @@ class _Metadata:
             self._topics[name] = self._ask(name)
         return self._topics[name]
 
-    def _ask(self, name: str) -> TopicFacts:
-        from confluent_kafka import KafkaError, KafkaException, Producer
-        from confluent_kafka.admin import AdminClient, ConfigResource
+    def _clients(self) -> tuple[Any, Any]:
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient
 
-        if self._client is None:  # a producer's metadata request creates the topic where the brokers allow it
-            self._client = Producer({k: v for k, v in self._conf.items() if k != "transactional.id"}
-                                    | {"logger": client_log})
-        metadata = self._client.list_topics(name, timeout=self._timeout)
-        found = metadata.topics.get(name)
-        if found is None or found.error is not None:
+        if self._key not in _CLIENTS:  # a producer's metadata request creates the topic where the brokers allow it
+            producer = Producer({k: v for k, v in self._conf.items() if k != "transactional.id"}
+                                | {"logger": client_log})
+            admin = AdminClient({k: v for k, v in self._conf.items()
+                                 if k in ("bootstrap.servers",) or k.startswith(("security.", "sasl.", "ssl."))}
+                                | {"logger": client_log})
+            _CLIENTS[self._key] = (producer, admin)
+        return _CLIENTS[self._key]
+
+    def _ask(self, name: str) -> TopicFacts:
+        import time
+
+        from confluent_kafka import KafkaError, KafkaException
+
+        producer, admin = self._clients()
+        deadline = time.monotonic() + TOPIC_CREATION_WAIT_S
+        while True:
+            try:
+                found = producer.list_topics(name, timeout=self._timeout).topics.get(name)
+            except KafkaException as exc:
+                raise KafkaTargetError(
+                    f"target=kafka: the brokers ({self._conf.get('bootstrap.servers')}) did not answer about topic "
+                    f"{name!r} within timeoutMs ({exc.args[0] if exc.args else exc}); the region falls back until "
+                    "they do") from None
             code = found.error.code() if found is not None and found.error is not None else None
-            why = ("is not authorized for this principal" if code == KafkaError.TOPIC_AUTHORIZATION_FAILED
-                   else "does not exist (and the brokers do not create topics on first use)")
-            raise KafkaTargetError(f"target=kafka: topic {name!r} {why}: create it, or grant this principal access; "
-                                   "the region falls back until then")
-        admin = AdminClient({k: v for k, v in self._conf.items()
-                             if k in ("bootstrap.servers",) or k.startswith(("security.", "sasl.", "ssl."))}
-                            | {"logger": client_log})
+            if found is not None and code is None:
+                break
+            if code != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+                why = ("is not authorized for this principal" if code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+                       else "does not exist (and the brokers did not create it on first use)")
+                raise KafkaTargetError(f"target=kafka: topic {name!r} {why}: create it, or grant this principal "
+                                       "access; the region falls back until then")
+            time.sleep(0.2)
+        return TopicFacts(len(found.partitions), self._limit(admin, name))
+
+    def _limit(self, admin: Any, name: str) -> int:
+        import time
+
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import ConfigResource
+
+        asked = _LIMITS.get((self._key, name))
+        if asked is not None and time.monotonic() - asked[0] < LIMIT_TTL_S:
+            return asked[1]
         try:
-            configs = admin.describe_configs([ConfigResource("topic", name)])
-            [future] = configs.values()
+            [future] = admin.describe_configs([ConfigResource("topic", name)]).values()
             entry = future.result(self._timeout).get("max.message.bytes")
             max_bytes = int(entry.value) if entry is not None and entry.value else DEFAULT_TOPIC_MAX_BYTES
         except KafkaException:  # not allowed to describe: the brokers' default
             max_bytes = DEFAULT_TOPIC_MAX_BYTES
-        return TopicFacts(len(found.partitions), max_bytes)
+        _LIMITS[(self._key, name)] = (time.monotonic(), max_bytes)
+        return max_bytes

@@ -34,8 +34,9 @@ if client_log.level == logging.NOTSET:
 
 SIZE_TOO_LARGE = "SIZE_TOO_LARGE"
 
-# What ``produce`` reports: the delivery errors of the records it queued (the first few are enough to say why).
-Produce = Callable[[Any, list[str]], int]
+# Queues the epoch's records into the producer (``send``); returns how many. Delivery errors reach the transaction's
+# own report (the producer reports failed deliveries only: a callback per record costs more than producing it).
+Produce = Callable[[Any], int]
 
 
 class EpochTransaction:
@@ -73,15 +74,22 @@ class EpochTransaction:
 
     def produce_once(self, epoch: int, marker_topic: str, where: str, produce: Produce,
                      before: Callable[[], None] | None = None, settings: Mapping[str, Any] | None = None) -> bool:
-        """Steps 1 to 3 for ``epoch``: ``produce(producer, failures)`` queues the records; ``before`` runs once the
+        """Steps 1 to 3 for ``epoch``: ``produce(producer)`` queues the records (``send``); ``before`` runs once the
         marker says they are not in yet. False when they were already (nothing produced). Raises KafkaException or
         BufferError from the brokers, after aborting what it began; ``RegionalStoreError`` when the marker is past
         ``epoch`` (the store is behind the topic). ``settings``: this epoch's producer settings over the query's."""
         from confluent_kafka import KafkaException, Producer, TopicPartition
 
+        failures: list[str] = []
+
+        def report(err: Any, _msg: Any) -> None:  # failed deliveries only (delivery.report.only.error)
+            if err is not None and len(failures) < 10:
+                failures.append(str(err))
+
         producer = consumer = None
         try:
-            producer = Producer(self.producer_conf(settings))
+            producer = Producer({**self.producer_conf(settings), "delivery.report.only.error": True,
+                                 "on_delivery": report})
             producer.init_transactions(self.timeout_s)  # fences a zombie of this query; settles its transaction
             consumer = _consumer(self.consumer_conf())
             done = self.marked_epoch(consumer, marker_topic)
@@ -97,8 +105,7 @@ class EpochTransaction:
             if before is not None:
                 before()
             producer.begin_transaction()
-            failures: list[str] = []
-            produce(producer, failures)
+            produce(producer)
             left = producer.flush(self.timeout_s)
             if left:
                 failures.append(f"{left} record(s) not delivered within timeoutMs ({self.timeout_s:g} s)")
@@ -123,29 +130,26 @@ class EpochTransaction:
             producer = consumer = None
 
 
-def queue(producer: Any, failures: list[str], topic: str, value: bytes | None, key: bytes | None,
-          headers: list[tuple[str, str | bytes | None]] | None, partition: int | None, timeout_s: float) -> None:
-    """One record into ``producer``'s queue; a full queue is drained (delivery reports served) until it takes it."""
+def send(producer: Any, topic: str, value: bytes | None, key: bytes | None,
+         headers: list[tuple[str, str | bytes | None]] | None, partition: int, timeout_s: float) -> None:
+    """One record into ``producer``'s queue (``partition`` -1: the partitioner's choice); a full queue is drained
+    (the producer's reports served) until it takes it, for at most ``timeout_s``."""
+    try:
+        producer.produce(topic, value, key, partition, headers=headers)
+        return
+    except BufferError:
+        pass
     import time
 
-    def report(err: Any, _msg: Any) -> None:
-        if err is not None and len(failures) < 10:
-            failures.append(str(err))
-
-    deadline = None
+    deadline = time.monotonic() + timeout_s
     while True:
+        producer.poll(0.05)
         try:
-            if partition is None:
-                producer.produce(topic, value=value, key=key, headers=headers, on_delivery=report)
-            else:
-                producer.produce(topic, value=value, key=key, headers=headers, partition=partition,
-                                 on_delivery=report)
+            producer.produce(topic, value, key, partition, headers=headers)
             return
         except BufferError:
-            deadline = deadline or time.monotonic() + timeout_s
             if time.monotonic() > deadline:
                 raise
-            producer.poll(0.05)
 
 
 def failure_hint(text: str) -> str:
