@@ -34,9 +34,9 @@ OPTIONS = OptionTable("target=kafka", [
     Option("includeHeaders", "", "", stock=True,
            refused="a Kafka source option in Spark: the sink writes a `headers` column whenever the query has one"),
     Option("stagingLocation", "<checkpointLocation>/kafka-staging",
-           "Where each task stages its region's rows (Arrow files) until the driver produces them in the epoch's "
-           "transaction: a place the executors and the driver both reach (local, `s3a://`, ...), as Spark's state "
-           "store needs its checkpoint to be."),
+           "Where each task stages its region's rows (Arrow files, under the query's id) until the driver produces "
+           "them in the epoch's transaction: a place the executors and the driver both reach (local, `s3a://`, "
+           "...), as Spark's state store needs its checkpoint to be."),
     Option("timeoutMs", "60000", "Each call to the brokers in phase two (the transaction's start, commit and "
                                  "marker), in milliseconds; a task's metadata request too."),
 ])
