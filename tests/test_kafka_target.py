@@ -153,3 +153,26 @@ def test_sweep_removes_the_staged_files_of_recorded_epochs_only(tmp_path):
     target.sweep(4)
     assert sorted(p.name for p in staging.iterdir()) == ["5"]
     assert (staging / "5" / "r-a.arrow").exists()
+
+
+def test_the_column_bounds_never_clear_a_row_the_exact_check_refuses():
+    """``refusal`` checks one by one only the rows its column bounds cannot clear: on random rows near the limits
+    (sizes, partitions, headers with null keys), every row refused alone is among those."""
+    from regional.targets.kafka.records import _may_be_refused, exact_refusal
+
+    rng = random.Random(7)
+    facts = {"t": TopicFacts(partitions=4, max_batch_bytes=600)}
+    rows = []
+    for _ in range(400):
+        headers = None if rng.random() < 0.5 else [
+            {"key": None if rng.random() < 0.05 else "h" * rng.randint(0, 20), "value": b"v" * rng.randint(0, 40)}
+            for _ in range(rng.randint(0, 4))]
+        rows.append({"key": None if rng.random() < 0.3 else b"k" * rng.randint(0, 50),
+                     "value": None if rng.random() < 0.1 else b"x" * rng.randint(400, 560),
+                     "headers": headers, "topic": "t",
+                     "partition": None if rng.random() < 0.5 else rng.randint(-1, 5)})
+    batch = pa.RecordBatch.from_pylist(rows, schema=STAGED)
+    suspects = set(_may_be_refused(batch, facts, 580).tolist())
+    refused = {i for i in range(len(rows)) if exact_refusal(batch.slice(i, 1), facts, 580, codec=None) is not None}
+    assert refused and refused <= suspects
+    assert len(suspects) < len(rows)  # the bounds clear some rows

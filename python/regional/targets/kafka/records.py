@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -107,6 +108,16 @@ def refusal(batch: pa.RecordBatch, topics: Mapping[str, TopicFacts], max_message
         row = topic_col.to_pylist().index(None)
         return RowsInvalid(f"null topic present in the data (row {row} of the slice). Use the topic option for "
                            "setting a topic (Spark's Kafka sink refuses it the same way)")
+    suspects = _may_be_refused(batch, topics, max_message_bytes)
+    if not len(suspects):
+        return None
+    # The rows a bound cannot clear: checked one by one, exactly.
+    return exact_refusal(batch.take(pa.array(suspects)), topics, max_message_bytes, codec)
+
+
+def exact_refusal(batch: pa.RecordBatch, topics: Mapping[str, TopicFacts], max_message_bytes: int,
+                  codec: str | None) -> RowsInvalid | None:
+    """``refusal``'s rules, row by row (``batch``: ``STAGED``, no null topic)."""
     headers = batch.column("headers").to_pylist()
     for i, (topic, key, value, partition) in enumerate(_rows(batch)):
         facts = topics[topic]
@@ -126,6 +137,43 @@ def refusal(batch: pa.RecordBatch, topics: Mapping[str, TopicFacts], max_message
                 "RecordTooLargeException. Raise the topic's max.message.bytes and kafka.max.request.size, or make "
                 "the record smaller")
     return None
+
+
+# A v2 record's own fields at most (length, attributes, timestamp and offset deltas, key and value lengths, header
+# count), and a header's two lengths at most: the bounds that clear most rows without looking at them one by one.
+RECORD_FIELDS_MAX = 5 + 1 + 10 + 5 + 5 + 5 + 5
+HEADER_FIELDS_MAX = 10
+
+
+def _may_be_refused(batch: pa.RecordBatch, topics: Mapping[str, TopicFacts], max_message_bytes: int) -> np.ndarray:
+    """The rows of ``batch`` (``STAGED``, no null topic) that upper bounds of their size, their partition and their
+    headers cannot clear, by column (a loop over every row in Python cost more than the rest of a task)."""
+    rows = batch.num_rows
+    lengths = np.zeros(rows, dtype=np.int64)
+    for name in ("key", "value"):
+        lengths += pc.fill_null(pc.binary_length(batch.column(name)), 0).to_numpy(zero_copy_only=False)
+    headers = batch.column("headers")
+    count = pc.fill_null(pc.list_value_length(headers), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    null_key = np.zeros(rows, dtype=bool)
+    if headers.null_count < rows and count.sum():
+        flat = pc.list_flatten(headers)
+        parents = pc.list_parent_indices(headers).to_numpy(zero_copy_only=False)
+        keys, values = flat.field("key"), flat.field("value")
+        sizes = (pc.fill_null(pc.binary_length(keys), 0).to_numpy(zero_copy_only=False)
+                 + pc.fill_null(pc.binary_length(values), 0).to_numpy(zero_copy_only=False))
+        lengths += np.bincount(parents, weights=sizes, minlength=rows).astype(np.int64)
+        null_key[parents[keys.is_null().to_numpy(zero_copy_only=False)]] = True
+    fields = RECORD_FIELDS_MAX + HEADER_FIELDS_MAX * count
+    facts = list(topics.values())
+    too_large = ((BATCH_OVERHEAD + fields + lengths > min(f.max_batch_bytes for f in facts))
+                 | (PRODUCER_OVERHEAD + fields + lengths > max_message_bytes))
+    partition = batch.column("partition")
+    bad_partition = np.zeros(rows, dtype=bool)
+    if partition.null_count < rows:
+        given = pc.fill_null(partition, 0).to_numpy(zero_copy_only=False)
+        bad_partition = partition.is_valid().to_numpy(zero_copy_only=False) & (
+            (given < 0) | (given >= min(f.partitions for f in facts)))
+    return np.flatnonzero(too_large | bad_partition | null_key)
 
 
 def compressed_batch_bytes(key: bytes | None, value: bytes | None, headers: list[dict[str, object]],

@@ -214,9 +214,20 @@ class KafkaTarget(Target[dict[str, Any] | None]):
             raise RegionalStoreError(f"epoch {epoch}: region {region!r}'s staged file holds {table.num_rows} rows "
                                      f"where its task staged {handle['rows']}: the staging area was changed")
         timeout = self.settings.timeout_s
+        produce = producer.produce  # the loop is phase two's cost per record: nothing in it but producing
         for batch in table.to_batches():
+            plain = batch.column("headers").null_count == batch.num_rows == batch.column("partition").null_count
+            topics = batch.column("topic").unique()
+            if plain and len(topics) == 1:  # the common rows: one topic, no headers, the partitioner's choice
+                topic = topics[0].as_py()
+                for value, key in zip(batch.column("value").to_pylist(), batch.column("key").to_pylist(),
+                                      strict=True):
+                    try:
+                        produce(topic, value, key)
+                    except BufferError:
+                        send(producer, topic, value, key, None, -1, timeout)
+                continue
             columns = [batch.column(n).to_pylist() for n in ("topic", "value", "key", "headers", "partition")]
-            produce = producer.produce  # the loop is phase two's cost per record: nothing in it but producing
             for topic, value, key, headers, partition in zip(*columns, strict=True):
                 pairs = [(h["key"], h["value"]) for h in headers] if headers else None
                 try:
