@@ -381,9 +381,9 @@ def render(args: argparse.Namespace, runs: list[tuple[Run, dict[str, Any]]], raw
         f"- command: `python -m benchmarks.kafka_target --records {args.records} --partitions {args.partitions} "
         f"--size {args.size} --max-offsets {args.max_offsets} --repeats {args.repeats} --latency-seconds "
         f"{args.latency_seconds}` ({elapsed / 60:.1f} min)",
-        f"- machine: {os.cpu_count()} cores, Linux {platform.machine()}, Python {platform.python_version()}, "
-        "**shared with other Spark jobs while it ran**: absolute rates are noisy, the ratios of one run count; one "
-        "Kafka broker (KRaft, loopback) on the same machine",
+        f"- machine: {os.cpu_count()} cores, Linux {platform.machine()}, Python {platform.python_version()}, load "
+        f"average {os.getloadavg()[0]:.1f} at the end (absolute rates follow the machine's load; the ratios of one "
+        "run count); one Kafka broker (KRaft, loopback) on the same machine",
         f"- versions: pyspark {pyspark.__version__}, stock {KAFKA_PACKAGE} (source and sink), regional "
         f"{regional.__version__} (its Kafka source, target=kafka)",
         f"- input: {args.records:,} records of {args.size} bytes over {args.partitions} partitions, output topics of "
