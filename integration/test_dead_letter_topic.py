@@ -24,6 +24,7 @@ from regional.store import Store
 from regional.targets import dead_letter_target
 from regional.targets.base import Target
 from regional.targets.kafka_topic import DeadLetterTopic, KafkaDeadLetterError
+from regional.testing.kafka_broker import topic_messages
 
 _names = itertools.count()
 
@@ -34,33 +35,9 @@ def dead_topic() -> str:
 
 def letters_in(broker, topic: str, isolation: str = "read_committed") -> list[dict[str, Any]]:
     """Every record of ``topic`` (all partitions, to their end) with its key, value and headers; [] if no topic."""
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "regional-check-dead",
-                         "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True})
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None:
-            return []
-        out = []
-        for p in sorted(meta.partitions):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, p, low)])
-            done, deadline = False, time.monotonic() + 30
-            while not done and time.monotonic() < deadline:
-                for m in consumer.consume(500, timeout=0.5):
-                    if m.error() is not None:
-                        done = done or m.error().code() == KafkaError._PARTITION_EOF
-                        continue
-                    out.append({"key": m.key(), "value": m.value(), "partition": p, "position": m.offset(),
-                                "headers": {k: v if v is None else v.decode() for k, v in (m.headers() or [])},
-                                "header_keys": [k for k, _ in (m.headers() or [])]})
-            assert done, f"could not read {topic}-{p} to its end"
-        return out
-    finally:
-        consumer.close()
+    return [{"key": m["key"], "value": m["value"], "partition": m["partition"], "position": m["offset"],
+             "headers": {k: v if v is None else v.decode() for k, v in m["headers"]},
+             "header_keys": [k for k, _ in m["headers"]]} for m in topic_messages(broker.bootstrap, topic, isolation)]
 
 
 def sink(broker, topic: str, query_id: str = "q-test") -> DeadLetterTopic:

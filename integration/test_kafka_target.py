@@ -10,17 +10,16 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 from pyspark.sql import functions as F
 
 import regional
 from integration.helpers import ROOT, delta_landed, run_killable
-from regional.testing.kafka_broker import KafkaBroker
+from regional.testing.kafka_broker import KafkaBroker, topic_messages
 
 _topics = itertools.count()
 
@@ -49,28 +48,7 @@ def produce_input(kafka: KafkaBroker, topic: str, partitions: int, per_partition
 
 def read_out(kafka: KafkaBroker, topic: str, isolation: str = "read_committed") -> list[dict[str, Any]]:
     """Every record of ``topic`` as a consumer with ``isolation`` sees it, partition by partition, in order."""
-    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": f"check-{time.monotonic_ns()}",
-                         "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True})
-    out: list[dict[str, Any]] = []
-    try:
-        parts = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
-        for p in parts:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, p, low)])
-            done, deadline = False, time.monotonic() + 30
-            while not done and time.monotonic() < deadline:
-                for m in consumer.consume(500, timeout=0.5):
-                    if m.error() is not None:
-                        done = done or m.error().code() == KafkaError._PARTITION_EOF
-                        continue
-                    out.append({"partition": p, "offset": m.offset(), "key": m.key(), "value": m.value(),
-                                "headers": [(k, v) for k, v in (m.headers() or [])]})
-            assert done, f"could not read {topic}-{p} to its end"
-    finally:
-        consumer.close()
-    return out
+    return topic_messages(kafka.bootstrap, topic, isolation)
 
 
 def kafka_in(spark, kafka: KafkaBroker, topic: str, ck: Path, **options: str):

@@ -169,34 +169,11 @@ def kafka_landed(bootstrap: str, topic: str, isolation: str = "read_committed") 
     """A topic's records as a consumer with ``isolation`` reads them, each naming its input in the headers
     ``region`` and ``offset``; ``published`` is the record's offset in its partition (a region's records go to one
     partition: keyed by the region). A record without those headers lands as region ``?``: wrong."""
-    import time
+    from regional.testing.kafka_broker import topic_messages
 
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "regional-check", "enable.auto.commit": False,
-                         "isolation.level": isolation, "enable.partition.eof": True})
-    rows: list[Landed] = []
-    try:
-        listed = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        for p in sorted(listed.partitions if listed is not None and listed.error is None else []):
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, p, low)])
-            done, deadline = False, time.monotonic() + 60
-            while not done and time.monotonic() < deadline:
-                message: Any
-                for message in consumer.consume(500, timeout=0.5):
-                    m = message
-                    if m.error() is not None:
-                        done = done or m.error().code() == KafkaError._PARTITION_EOF
-                        continue
-                    headers = dict(m.headers() or [])
-                    value = m.value()
-                    rows.append(Landed((headers.get("region") or b"?").decode(), int(headers.get("offset") or -1),
-                                       value.decode() if value is not None else None, int(m.offset() or 0)))
-            if not done:
-                raise TimeoutError(f"could not read {topic}-{p} to its end")
-    finally:
-        consumer.close()
+    rows = []
+    for m in topic_messages(bootstrap, topic, isolation):
+        headers = dict(m["headers"])
+        rows.append(Landed((headers.get("region") or b"?").decode(), int(headers.get("offset") or -1),
+                           m["value"].decode() if m["value"] is not None else None, int(m["offset"] or 0)))
     return rows

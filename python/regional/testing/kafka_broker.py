@@ -212,6 +212,41 @@ class KafkaBroker:
         raise TimeoutError("Kafka metadata did not settle")
 
 
+def topic_messages(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[dict[str, Any]]:
+    """Every record of ``topic`` (all partitions, to their end) as a consumer with ``isolation`` reads it, partition
+    by partition in order: ``{partition, offset, key, value, headers}`` (headers: a list of ``(key, value)``); []
+    when there is no such topic. What tests and checkers count records with."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "regional-check", "logger": log,
+                         "enable.auto.commit": False, "isolation.level": isolation, "enable.partition.eof": True})
+    out: list[dict[str, Any]] = []
+    try:
+        listed = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if listed is None or listed.error is not None:
+            return []
+        for p in sorted(listed.partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, p, low)])
+            done, deadline = False, time.monotonic() + 60
+            while not done and time.monotonic() < deadline:
+                message: Any
+                for message in consumer.consume(500, timeout=0.5):
+                    error = message.error()
+                    if error is not None:
+                        done = done or error.code() == KafkaError._PARTITION_EOF
+                        continue
+                    out.append({"partition": p, "offset": message.offset(), "key": message.key(),
+                                "value": message.value(), "headers": list(message.headers() or [])})
+            if not done:
+                raise TimeoutError(f"could not read {topic}-{p} to its end")
+    finally:
+        consumer.close()
+    return out
+
+
 def _port(text: str) -> int:
     port = int(text)
     if not 0 <= port <= 65535:

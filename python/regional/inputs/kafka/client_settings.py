@@ -102,15 +102,23 @@ def consumer_settings(options: Mapping[str, str]) -> dict[str, str]:
         if why is not None:
             raise RegionalConfigError(f"source=kafka does not take {key!r}: it is {why}" if why is PRODUCER_WHY
                                       else f"source=kafka does not take {key!r}: {why}")
-        target = JAVA_SYNONYMS.get(name, name)
-        value = options[key]
-        if name in ("send.buffer.bytes", "receive.buffer.bytes") and value.strip() == "-1":
-            value = "0"  # Java's "the system's default" is librdkafka's 0
-        if target in conf and conf[target] != value:
-            raise RegionalConfigError(f"source=kafka: {given_as[target]!r} and {key!r} are the same librdkafka "
-                                      f"setting ({target}) with different values: give one")
-        conf[target], given_as[target] = value, key
+        put_setting(conf, given_as, key, options[key], JAVA_SYNONYMS, "source=kafka")
     return conf
+
+
+def put_setting(conf: dict[str, str], given_as: dict[str, str], key: str, value: str, synonyms: Mapping[str, str],
+                side: str) -> None:
+    """``kafka.<name>=value`` (``key``) into ``conf`` under librdkafka's name (``synonyms``: Java's names it spells
+    otherwise). Two keys for one librdkafka setting with two values are refused, naming both (``given_as``: which
+    key gave each setting)."""
+    name = key[len("kafka."):]
+    target = synonyms.get(name, name)
+    if name in ("send.buffer.bytes", "receive.buffer.bytes") and value.strip() == "-1":
+        value = "0"  # Java's "the system's default" is librdkafka's 0
+    if target in conf and conf[target] != value:
+        raise RegionalConfigError(f"{side}: {given_as[target]!r} and {key!r} are the same librdkafka setting "
+                                  f"({target}) with different values: give one")
+    conf[target], given_as[target] = value, key
 
 
 class _Collect(logging.Handler):

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from regional.errors import RegionalConfigError
-from regional.inputs.kafka.client_settings import JAVA_ONLY, ignored_by
+from regional.inputs.kafka.client_settings import JAVA_ONLY, ignored_by, put_setting
 from regional.location import Location, parse_location
 from regional.options import Option, OptionTable
 from regional.protocol.settings import parse_int
@@ -134,13 +134,7 @@ def producer_settings(options: Mapping[str, str]) -> dict[str, str]:
         if name in ("retries", "message.send.max.retries") and _int_or_none(value) == 0:
             raise RegionalConfigError(f"target=kafka: {key}=0 would turn a broker's passing error into a failed "
                                       "epoch; the idempotent producer retries without duplicates: remove it")
-        target = JAVA_SYNONYMS.get(name, name)
-        if name in ("send.buffer.bytes", "receive.buffer.bytes") and value.strip() == "-1":
-            value = "0"  # Java's "the system's default" is librdkafka's 0
-        if target in conf and conf[target] != value:
-            raise RegionalConfigError(f"target=kafka: {given_as[target]!r} and {key!r} are the same librdkafka "
-                                      f"setting ({target}) with different values: give one")
-        conf[target], given_as[target] = value, key
+        put_setting(conf, given_as, key, value, JAVA_SYNONYMS, "target=kafka")
     return conf
 
 
