@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from regional.errors import RegionalConfigError
@@ -195,6 +195,9 @@ def test_only_records_failing_alone_on_every_try_are_dead_lettered_and_every_oth
     alone ``retries`` times, the last of them at least ``backoff`` earlier; a record that fails fewer times than
     (retries + 1) * regionAttempts is never dead-lettered; every other record is committed once, in order."""
     poison = {p for p in poison if p < n}
+    # A region of nothing but poison has no witness: no proof is possible, and without suspectTimeout (these settings
+    # have none) it waits, as designed (test_poison_bounded drains such a region with the bound's policy).
+    assume(len(poison) < n)
     fails = {"p": {**{o: t for o, t in transient.items() if o < n}, **{o: math.inf for o in poison}}}
     s = with_dead_letters(dead_letter_retries=retries, dead_letter_retry_backoff_s=backoff)
     available, now = {"p": n, "h": 1}, T0
