@@ -73,6 +73,8 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=3, help="targets whose kills run at once")
     parser.add_argument("--soak-epochs", type=int, default=1000)
     parser.add_argument("--soak-minutes", type=float, default=None, help="end the soak after this long, if sooner")
+    parser.add_argument("--soak-target", default="delta", choices=["delta", "kafka"],
+                        help="the soak's target (kafka: section soak-kafka)")
     parser.add_argument("--soak-no-kills", action="store_true",
                         help="one driver for the whole soak (section soak-no-kills): resources over one long run")
     parser.add_argument("--report", type=Path, default=ROOT / "RELIABILITY.md")
@@ -226,7 +228,7 @@ def soak(args: argparse.Namespace, command: str, work: Path) -> bool:
     from reliability.soak import SoakPlan, plot, run_soak, section
 
     plan = SoakPlan(seed=args.seed if args.seed is not None else random.randrange(1 << 30), epochs=args.soak_epochs,
-                    minutes=args.soak_minutes)
+                    minutes=args.soak_minutes, target=args.soak_target)
     if args.soak_no_kills:
         plan = dataclasses.replace(plan, kill_after_s=None)
     broker = KafkaBroker(work / "soak-kafka").start()
@@ -236,10 +238,13 @@ def soak(args: argparse.Namespace, command: str, work: Path) -> bool:
     finally:
         broker.stop()
     name = "soak-no-kills" if args.soak_no_kills else "soak"
+    if plan.target != "delta":
+        name += f"-{plan.target}"
     image = f"docs/{name}.png"
     plot(result, args.report.parent / image)  # beside the report it belongs to
     begin, end = markers(name)
-    lines = [begin, "## A soak without kills" if args.soak_no_kills else "## A soak", "",
+    title = "## A soak without kills" if args.soak_no_kills else "## A soak"
+    lines = [begin, title + (f" into target={plan.target}" if plan.target != "delta" else ""), "",
              f"Run on {datetime.date.today().isoformat()} at {revision()}: {os.cpu_count()} cores, "
              f"Python {platform.python_version()}.", "", *section(result, command, image), end]
     write_section(args.report, name, "\n".join(lines))

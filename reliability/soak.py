@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from regional.store import Store
-from regional.testing.exactly_once import Report, check, delta_landed
+from regional.testing.exactly_once import Report, check, delta_landed, kafka_landed
 from regional.testing.processes import descendants, open_files, process_table, rss_mb
 from reliability.child import Query
 
@@ -76,6 +76,7 @@ class SoakPlan:
     sample_s: float = 5.0
     max_per_region: int = 20
     master: str = "local[2,3]"
+    target: str = "delta"  # or kafka: target=kafka into a topic of as many partitions, read back read_committed
 
 
 @dataclass(frozen=True)
@@ -221,8 +222,12 @@ def run_soak(plan: SoakPlan, workdir: Path, broker: Any, say: Callable[[str], No
     topic = f"soak.{plan.seed}"
     broker.create_topic(topic, plan.regions)
     until = workdir / "finish"
-    query = Query(source="kafka", target="delta", checkpoint=str(workdir / "ck"), input=topic,
-                  out=str(workdir / "out"), bootstrap=broker.bootstrap, fail_share=plan.fail_share,
+    out = str(workdir / "out")
+    if plan.target == "kafka":
+        out = f"soak-out.{plan.seed}"
+        broker.create_topic(out, plan.regions)
+    query = Query(source="kafka", target=plan.target, checkpoint=str(workdir / "ck"), input=topic,
+                  out=out, bootstrap=broker.bootstrap, fail_share=plan.fail_share,
                   max_per_region=plan.max_per_region, master=plan.master, udf_faults=True, slow_s=plan.slow_s,
                   dead_letters=str(workdir / "dead"), until=str(until), outages=str(workdir / "service-down"))
     result = SoakResult(plan)
@@ -280,10 +285,11 @@ def run_soak(plan: SoakPlan, workdir: Path, broker: Any, say: Callable[[str], No
     poison = {r: [(o, v) for o, v in rs if v is not None and v.startswith(b"poison")] for r, rs in records.items()}
     rest = {r: [(o, v.decode().upper()) for o, v in rs if v is not None and not v.startswith(b"poison")]
             for r, rs in records.items()}
-    result.target = check(rest, delta_landed(query.out))
+    landed = kafka_landed(broker.bootstrap, query.out) if plan.target == "kafka" else delta_landed(query.out)
+    result.target = check(rest, landed)
     dead = Path(query.dead_letters)
     result.dead_letters = check(poison, delta_landed(dead) if (dead / "_delta_log").exists() else [])
-    result.fallbacks = fallbacks(Path(query.out))
+    result.fallbacks = fallbacks(Path(query.out)) if plan.target == "delta" else store_fallbacks(store)
     say(f"soak: target {result.target.summary()}; dead letters {result.dead_letters.summary()}")
     return result
 
@@ -313,6 +319,19 @@ def fallbacks(table: Path) -> Counter[str]:
 
 
 # -- sampling ------------------------------------------------------------------------------------------------
+
+
+def store_fallbacks(store: Store) -> Counter[str]:
+    """(epoch, region) fall-backs by reason, from the epoch records the store keeps (``retainEpochs``): a target
+    without a commit history of its own (Kafka)."""
+    from regional.targets.base import reason_class
+
+    counts: Counter[str] = Counter()
+    for epoch in store.epochs():
+        record = store.read_record(epoch)
+        for fell in (record.fallen_back.values() if record is not None else []):
+            counts[reason_class(fell.reason)] += 1
+    return counts
 
 
 def _sample(t: float, store: Store, checkpoint: str, driver: int, run: int) -> Sample:
@@ -401,9 +420,10 @@ def section(result: SoakResult, command: str, image: str) -> list[str]:
     every = [o for o in result.outages if o.partitions is None]
     some = [o for o in result.outages if o.partitions is not None]
     longest = max((o.end - o.start for o in result.outages), default=0.0)
+    into = "a Kafka topic (target=kafka, read back read_committed)" if plan.target == "kafka" else "Delta"
     lines = [
         f"Written by `{command}` (seed {plan.seed}, {result.seconds / 60:.0f} min). One query: a Kafka topic of "
-        f"{plan.regions} partitions (regions) into Delta, `deadLetterPath` set, `maxRecordsPerRegion="
+        f"{plan.regions} partitions (regions) into {into}, `deadLetterPath` set, `maxRecordsPerRegion="
         f"{plan.max_per_region}`, on `{plan.master}`. Each second of the soak a producer writes "
         f"{plan.records_per_burst} records to each of {plan.active_regions} partitions drawn at random (so an "
         "epoch has tasks for the regions with new input, and every region gets input over time). "
