@@ -200,6 +200,7 @@ TIMES = ["0001-01-01 00:00:00", "9999-12-31 23:59:59.999999", "1969-12-31 23:59:
          None]
 
 
+@pytest.mark.campaign  # within CI's 30 minutes: test_delta_stats_like_spark covers NaN, +-inf, -0.0, long strings
 def test_statistics_at_the_types_edges_and_the_indexed_columns_properties_equal_delta_sparks(spark, tmp_path):
     """Item 1, what test_delta_stats_like_spark's CI test leaves out (its NaN, infinities, -0.0, empty, long and
     non-ASCII strings and NULLs stay there): the greatest and least longs, timestamps at year 1 and 9999 (with and

@@ -63,6 +63,7 @@ def append(path: Path, data: bytes) -> None:
         f.write(data)
 
 
+@pytest.mark.campaign  # keeping the test command within CI's 30 minutes (the fresh clone's run took 31)
 @pytest.mark.parametrize("change", ["appended", "replaced"])
 def test_a_file_changed_after_it_was_read_spark_never_reads_the_change_regional_fails_naming_it(
         spark, tmp_path, change):

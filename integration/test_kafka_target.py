@@ -235,8 +235,8 @@ def test_two_committers_of_one_epoch_produce_it_once(kafka, tmp_path, monkeypatc
 KILL_POINTS = ["kafka_produced", "kafka_committed"]
 
 
-@pytest.mark.parametrize("point", [pytest.param(p, marks=pytest.mark.campaign) if p != "kafka_committed" else p
-                                   for p in ["before_publish", *KILL_POINTS, "before_record"]])
+@pytest.mark.campaign  # two child drivers (61 s in the fresh clone's run): the zombie test guards the fencing in CI
+@pytest.mark.parametrize("point", ["before_publish", *KILL_POINTS, "before_record"])
 def test_sigkill_inside_phase_two_then_restart_each_record_once(kafka, tmp_path, point):
     """The driver is SIGKILLed at ``point`` of an epoch's phase two (before the transaction, with its records
     produced but not committed, after it committed and before the epoch is recorded...); a restart finishes the

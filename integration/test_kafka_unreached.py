@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
 from deltalake import DeltaTable
 
 import regional
@@ -31,6 +32,7 @@ def everything(broker: KafkaBroker, topic: str) -> list[tuple[str, int, bytes | 
     return sorted((r, o, v) for r, records in broker.records(topic, "read_uncommitted").items() for o, v in records)
 
 
+@pytest.mark.campaign  # keeping the test command within CI's 30 minutes (the fresh clone's run took 31)
 def test_partitions_added_while_running_deliver_every_record_once_from_earliest(spark, kafka, tmp_path):
     """startingOffsets=latest applies to the partitions present at the first plan; partitions added later are read
     from their earliest offset, as Spark's Kafka source reads them (its KafkaMicroBatchStream: "added partitions
