@@ -26,18 +26,19 @@ Select = dict[str, Column]
 
 
 def regional_run(spark: SparkSession, ck: Path, out: Path, columns: Select, total: int, regions: int = len(REGIONS),
-                 **options: str) -> None:
-    """A regional query (source=generator, ``regions`` regions (two unless told), ``total`` records each) until it
-    has published all."""
+                 per_epoch: int | None = None, available_now: bool = True, **options: str) -> None:
+    """A regional query (source=generator, ``regions`` regions (two unless told), ``total`` records each, in epochs
+    of ``per_epoch`` (all at once unless told)) until it has published all; with ``available_now=False``, on Spark's
+    default trigger (the bounded source ends the query)."""
     df = (spark.readStream.format("regional").option("source", "generator").option("regions", str(regions))
-          .option("rowsPerEpoch", str(total)).option("totalRows", str(total))
+          .option("rowsPerEpoch", str(per_epoch or total)).option("totalRows", str(total))
           .option("checkpointLocation", str(ck)).load())
     writer = (df.select("region", "offset", *[c.alias(n) for n, c in columns.items()]).writeStream
               .format("regional").option("target", "delta").option("path", str(out))
               .option("checkpointLocation", str(ck)).option("keepRegionColumns", "true"))
     for key, value in options.items():
         writer = writer.option(key, value)
-    query = writer.trigger(availableNow=True).start()
+    query = (writer.trigger(availableNow=True) if available_now else writer).start()
     try:
         query.awaitTermination(600)
         assert query.exception() is None, str(query.exception())[-3000:]

@@ -47,20 +47,7 @@ def want_rows(start: int, end: int, regions: list[str] = REGIONS) -> list[tuple]
 def run(spark: SparkSession, ck: Path, out: Path, columns: dict[str, Column], total: int, per_epoch: int,
         **options: str) -> None:
     """regional_run in epochs of ``per_epoch`` records per region (restarting ``ck`` goes on from its offsets)."""
-    df = (spark.readStream.format("regional").option("source", "generator").option("regions", str(len(REGIONS)))
-          .option("rowsPerEpoch", str(per_epoch)).option("totalRows", str(total))
-          .option("checkpointLocation", str(ck)).load())
-    writer = (df.select("region", "offset", *[c.alias(n) for n, c in columns.items()]).writeStream
-              .format("regional").option("target", "delta").option("path", str(out))
-              .option("checkpointLocation", str(ck)).option("keepRegionColumns", "true"))
-    for key, value in options.items():
-        writer = writer.option(key, value)
-    query = writer.start()  # a bounded source: the query ends once it has published all
-    try:
-        query.awaitTermination(600)
-        assert query.exception() is None, str(query.exception())[-3000:]
-    finally:
-        query.stop()
+    regional_run(spark, ck, out, columns, total, per_epoch=per_epoch, available_now=False, **options)
 
 
 def logged_versions(table: Path, suffix: str) -> list[int]:
