@@ -107,13 +107,12 @@ class KafkaTarget(Target[dict[str, Any] | None]):
                 staged = staged_batch(batch, self.settings.topic)
                 if staged.num_rows == 0:
                     continue
-                self._check(staged, facts)
+                topics.update(self._check(staged, facts))
                 if writer is None:
                     sink = self.storage.open_writer(name)
                     writer = pa.ipc.new_stream(sink, STAGED)
                 writer.write_batch(staged)
                 rows += staged.num_rows
-                topics.update(t for t in staged.column("topic").to_pylist() if t is not None)
             if writer is None:
                 return None
             writer.close()
@@ -136,8 +135,9 @@ class KafkaTarget(Target[dict[str, Any] | None]):
             if staged.num_rows:
                 self._check(staged, facts)
 
-    def _check(self, staged: pa.RecordBatch, facts: _Metadata) -> None:
-        names = {t for t in staged.column("topic").to_pylist() if t is not None}
+    def _check(self, staged: pa.RecordBatch, facts: _Metadata) -> set[str]:
+        """Raise the first row's refusal; else the batch's topics."""
+        names = {t for t in staged.column("topic").unique().to_pylist() if t is not None}
         for name in sorted(names):  # before asking the brokers: a topic that can never exist is the row's fault
             why = illegal_topic(name)
             if why is not None:
@@ -147,6 +147,7 @@ class KafkaTarget(Target[dict[str, Any] | None]):
                           codec=self._codec())
         if refused is not None:
             raise refused
+        return names
 
     # -- phase two, on the driver --------------------------------------------------------------------------
 
